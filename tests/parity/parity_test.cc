@@ -1,0 +1,52 @@
+// One GoogleTest case per fixture folder: FastTransformers/Parity.Case/<name>
+// and Performer/Parity.Case/<name>. Every case found under the fixture root is
+// run; a kind without a runner fails; an absent family folder is reported and
+// skipped.
+#include <gtest/gtest.h>
+
+#include "tests/parity/case_runner.h"
+#include "tests/testing/fixtures.h"
+
+namespace performer::testing {
+
+std::map<std::string, CaseRunner>& CaseRunners() {
+  static auto* runners = new std::map<std::string, CaseRunner>();
+  return *runners;
+}
+
+namespace {
+
+void RunCase(const std::string& family, const std::string& name) {
+  absl::StatusOr<FixtureCase> c = LoadCase(family, name);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string kind = c->spec.value("kind", "");
+  auto it = CaseRunners().find(family + "/" + kind);
+  ASSERT_TRUE(it != CaseRunners().end())
+      << "fixture " << family << "/" << name << " has kind '" << kind
+      << "' which this port cannot run";
+  it->second(*c);
+}
+
+std::string CaseName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string out;
+  for (char ch : info.param) out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return out;
+}
+
+#define PERFORMER_FAMILY_SUITE(Suite, family)                                              \
+  class Suite : public ::testing::TestWithParam<std::string> {};                           \
+  TEST_P(Suite, Case) { RunCase(family, GetParam()); }                                     \
+  INSTANTIATE_TEST_SUITE_P(Fixtures, Suite, ::testing::ValuesIn(ListCases(family)), CaseName); \
+  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite);                                    \
+  TEST(Suite##Folder, Present) {                                                           \
+    if (!FamilyPresent(family)) {                                                          \
+      GTEST_SKIP() << "fixture folder " << FixtureRoot() << "/" << family                  \
+                   << " is absent: set PERFORMER_FIXTURES; parity cases skipped";          \
+    }                                                                                      \
+    EXPECT_FALSE(ListCases(family).empty()) << "no cases in " << FixtureRoot() << "/" << family; \
+  }
+
+PERFORMER_FAMILY_SUITE(FastTransformersParity, "fast_transformers")
+
+}  // namespace
+}  // namespace performer::testing

@@ -1,0 +1,120 @@
+#include "tests/testing/fixtures.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/io/safetensors.h"
+
+namespace performer::testing {
+namespace fs = std::filesystem;
+
+std::string FixtureRoot() {
+  const char* env = std::getenv("PERFORMER_FIXTURES");
+  if (env != nullptr && env[0] != '\0') return env;
+  return PERFORMER_FIXTURES_DEFAULT;
+}
+
+bool FamilyPresent(const std::string& family) {
+  return fs::is_directory(fs::path(FixtureRoot()) / family);
+}
+
+std::vector<std::string> ListCases(const std::string& family) {
+  std::vector<std::string> names;
+  fs::path dir = fs::path(FixtureRoot()) / family;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "case.json")) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const torch::Tensor& FixtureCase::input(const std::string& n) const {
+  auto it = inputs.find(n);
+  TORCH_CHECK(it != inputs.end(), name, ": inputs has no tensor '", n, "'");
+  return it->second;
+}
+
+const torch::Tensor& FixtureCase::expect(const std::string& n) const {
+  auto it = expected.find(n);
+  TORCH_CHECK(it != expected.end(), name, ": expected has no tensor '", n, "'");
+  return it->second;
+}
+
+double FixtureCase::atol() const { return spec.at("tolerance").value("atol", 0.0); }
+double FixtureCase::rtol() const { return spec.at("tolerance").value("rtol", 0.0); }
+
+absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::string& name) {
+  FixtureCase c;
+  c.name = name;
+  c.dir = (fs::path(FixtureRoot()) / family / name).string();
+  std::ifstream in(fs::path(c.dir) / "case.json");
+  if (!in) return absl::NotFoundError(absl::StrCat(c.dir, "/case.json: cannot open"));
+  c.spec = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (c.spec.is_discarded()) return absl::InvalidArgumentError(c.dir + "/case.json: bad JSON");
+  auto load = [&](const char* file, std::map<std::string, torch::Tensor>* out,
+                  bool required) -> absl::Status {
+    fs::path p = fs::path(c.dir) / file;
+    if (!fs::exists(p)) {
+      return required ? absl::NotFoundError(p.string() + ": missing") : absl::OkStatus();
+    }
+    absl::StatusOr<std::map<std::string, torch::Tensor>> t = io::LoadSafetensors(p.string());
+    if (!t.ok()) return t.status();
+    *out = *std::move(t);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = load("inputs.safetensors", &c.inputs, false); !s.ok()) return s;
+  if (absl::Status s = load("params.safetensors", &c.params, false); !s.ok()) return s;
+  if (absl::Status s = load("expected.safetensors", &c.expected, false); !s.ok()) return s;
+  return c;
+}
+
+std::optional<std::string> CompareTensors(const torch::Tensor& actual_in,
+                                          const torch::Tensor& expected_in, double atol,
+                                          double rtol) {
+  if (!actual_in.defined()) return std::string("actual tensor is undefined");
+  if (actual_in.sizes() != expected_in.sizes()) {
+    std::ostringstream s;
+    s << "shape " << actual_in.sizes() << " != expected " << expected_in.sizes();
+    return s.str();
+  }
+  if (expected_in.scalar_type() == torch::kBool || expected_in.scalar_type() == torch::kLong) {
+    if (!torch::equal(actual_in.to(torch::kCPU).to(expected_in.scalar_type()), expected_in)) {
+      return std::string("integer/bool tensors differ");
+    }
+    return std::nullopt;
+  }
+  torch::Tensor actual = actual_in.detach().to(torch::kCPU).to(torch::kDouble);
+  torch::Tensor expected = expected_in.detach().to(torch::kCPU).to(torch::kDouble);
+  torch::Tensor nan_a = actual.isnan(), nan_e = expected.isnan();
+  if (!torch::equal(nan_a, nan_e)) return std::string("NaN positions differ");
+  torch::Tensor inf_e = expected.isinf();
+  if (!torch::equal(actual.isinf(), inf_e) ||
+      !torch::equal(actual.masked_select(inf_e), expected.masked_select(inf_e))) {
+    return std::string("infinite values differ");
+  }
+  torch::Tensor finite = expected.isfinite();
+  torch::Tensor diff = (actual - expected).abs().masked_fill(~finite, 0);
+  torch::Tensor allowed = atol + rtol * expected.abs().masked_fill(~finite, 0);
+  torch::Tensor excess = diff - allowed;
+  if (excess.numel() == 0 || excess.max().item<double>() <= 0) return std::nullopt;
+  int64_t worst = excess.flatten().argmax().item<int64_t>();
+  std::ostringstream s;
+  s << (excess > 0).sum().item<int64_t>() << " of " << excess.numel()
+    << " elements out of tolerance; worst at flat index " << worst << ": actual "
+    << actual.flatten()[worst].item<double>() << " expected "
+    << expected.flatten()[worst].item<double>() << " (|diff| " << diff.flatten()[worst].item<double>()
+    << ", atol " << atol << ", rtol " << rtol << ", max |diff| " << diff.max().item<double>() << ")";
+  return s.str();
+}
+
+}  // namespace performer::testing
