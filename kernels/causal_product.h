@@ -1,0 +1,18 @@
+// Causal dot product, the kernel of causal linear attention:
+//
+//   out[n,h,l,:] = sum_{j <= l} (q[n,h,l,:] . k[n,h,j,:]) v[n,h,j,:]
+//
+// Q (N,H,L,E), K (N,H,L,E), V (N,H,L,M) -> (N,H,L,M), float32 (CPU). Computed
+// with a running E x M state, so memory does not grow with L x E x M.
+// Differentiable (autograd): the backward pass is O(L*E*M) as well.
+// This is the single entry point; it dispatches on the device of Q.
+#pragma once
+
+#include <torch/types.h>
+
+namespace performer::kernels {
+
+torch::Tensor CausalDotProduct(const torch::Tensor& queries, const torch::Tensor& keys,
+                               const torch::Tensor& values);
+
+}  // namespace performer::kernels

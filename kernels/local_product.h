@@ -1,0 +1,26 @@
+// Local (banded) attention products, the kernels of LocalAttention.
+//
+// Window of query l for context c: keys s with l - floor(c/2) <= s < l + ceil(c/2)
+// (slot k = s - l + floor(c/2)). For 0 <= s < key_lengths[n] a slot holds
+// q_l . k_s + attn_mask_finite[l, s]; every other slot holds -1e24.
+//
+//   LocalDotProduct(Q (N,H,L,E), K (N,H,S,E), attn_mask_finite (L,S), key_lengths (N,) int64, c)
+//       -> scores (N,H,L,c)
+//   LocalWeightedAverage(A (N,H,L,c), V (N,H,S,D)) -> (N,H,L,D): sum over the
+//       slots with 0 <= s < S of A[slot] * v_s.
+// Both differentiable (autograd); float32 on CPU.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace performer::kernels {
+
+torch::Tensor LocalDotProduct(const torch::Tensor& queries, const torch::Tensor& keys,
+                              const torch::Tensor& attn_mask_finite,
+                              const torch::Tensor& key_lengths, int64_t local_context);
+
+torch::Tensor LocalWeightedAverage(const torch::Tensor& attention, const torch::Tensor& values);
+
+}  // namespace performer::kernels
