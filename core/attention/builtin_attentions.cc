@@ -1,0 +1,80 @@
+// Registration of the built-in attention types in the reference's order, and
+// the process-wide registries.
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+#include "core/attention/aft_full_attention.h"
+#include "core/attention/aft_simple_attention.h"
+#include "core/attention/attention_registries.h"
+#include "core/attention/causal_linear_attention.h"
+#include "core/attention/conditional_full_attention.h"
+#include "core/attention/exact_topk_attention.h"
+#include "core/attention/full_attention.h"
+#include "core/attention/linear_attention.h"
+#include "core/attention/local_attention.h"
+
+namespace performer {
+
+absl::Status RegisterBuiltinAttentions(AttentionRegistry& attention,
+                                       RecurrentAttentionRegistry& recurrent,
+                                       RecurrentCrossAttentionRegistry& recurrent_cross) {
+  // Batch attentions, in the order of the reference's AttentionRegistry.keys.
+  // MERGE POINT (clustered family, branch clust): insert
+  //   RegisterClusteredAttention, RegisterImprovedClusteredAttention,
+  //   RegisterReformerAttention after causal-linear, and
+  //   RegisterImprovedClusteredCausalAttention after exact-topk.
+  const std::vector<std::function<absl::Status(AttentionRegistry&)>> batch = {
+      RegisterFullAttention,
+      RegisterLinearAttention,
+      RegisterCausalLinearAttention,
+      // clustered, improved-clustered, reformer: see MERGE POINT above.
+      RegisterConditionalFullAttention,
+      RegisterExactTopKAttention,
+      // causal-improved-clustered: see MERGE POINT above.
+      RegisterLocalAttention,
+      RegisterAFTFullAttention,
+      RegisterAFTSimpleAttention,
+  };
+  for (const auto& register_type : batch) {
+    absl::Status status = register_type(attention);
+    if (!status.ok()) return status;
+  }
+
+  // MERGE POINT (recurrent attentions, branch rec): register "full",
+  // "linear", "causal-linear" into `recurrent` and "full", "linear" into
+  // `recurrent_cross`, in that order.
+  (void)recurrent;
+  (void)recurrent_cross;
+  return absl::OkStatus();
+}
+
+namespace {
+
+struct GlobalRegistries {
+  AttentionRegistry attention;
+  RecurrentAttentionRegistry recurrent;
+  RecurrentCrossAttentionRegistry recurrent_cross;
+};
+
+// Built once, on first use (thread-safe static initialisation); never freed.
+GlobalRegistries& Globals() {
+  static GlobalRegistries* const registries = [] {
+    auto* r = new GlobalRegistries();
+    absl::Status status = RegisterBuiltinAttentions(r->attention, r->recurrent, r->recurrent_cross);
+    TORCH_CHECK(status.ok(), "registering the built-in attentions failed: ", status.ToString());
+    return r;
+  }();
+  return *registries;
+}
+
+}  // namespace
+
+AttentionRegistry& GlobalAttentionRegistry() { return Globals().attention; }
+RecurrentAttentionRegistry& GlobalRecurrentAttentionRegistry() { return Globals().recurrent; }
+RecurrentCrossAttentionRegistry& GlobalRecurrentCrossAttentionRegistry() {
+  return Globals().recurrent_cross;
+}
+
+}  // namespace performer
