@@ -14,6 +14,8 @@
 #include "core/attention/full_attention.h"
 #include "core/attention/linear_attention.h"
 #include "core/attention/local_attention.h"
+#include "core/recurrent/recurrent_full_attention.h"
+#include "core/recurrent/recurrent_linear_attention.h"
 
 namespace performer {
 
@@ -42,12 +44,14 @@ absl::Status RegisterBuiltinAttentions(AttentionRegistry& attention,
     if (!status.ok()) return status;
   }
 
-  // MERGE POINT (recurrent attentions, branch rec): register "full",
-  // "linear", "causal-linear" into `recurrent` and "full", "linear" into
-  // `recurrent_cross`, in that order.
-  (void)recurrent;
-  (void)recurrent_cross;
-  return absl::OkStatus();
+  // Recurrent self attentions: "full", then "linear" and "causal-linear"
+  // (one class under two names).
+  absl::Status status = RegisterRecurrentFullAttention(recurrent);
+  if (status.ok()) status = RegisterRecurrentLinearAttention(recurrent);
+  // Recurrent cross attentions: "full", "linear".
+  if (status.ok()) status = RegisterRecurrentCrossFullAttention(recurrent_cross);
+  if (status.ok()) status = RegisterRecurrentCrossLinearAttention(recurrent_cross);
+  return status;
 }
 
 namespace {

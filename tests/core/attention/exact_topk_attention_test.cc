@@ -57,15 +57,20 @@ TEST(ExactTopKAttentionTest, MatchesReference) {
   EXPECT_TENSOR_CLOSE(out, ReferenceTopK(x, 3, 0.5, keep, {8, 5}), 1e-5, 1e-5);
 }
 
-TEST(ExactTopKAttentionTest, SelectsOnUnscaledScores) {
-  // With a negative temperature, selecting on scaled scores would pick the
-  // smallest entries; the reference selects the largest unscaled ones.
+TEST(ExactTopKAttentionTest, TemperatureScalesTheMaskedScores) {
+  // The -inf of the dropped entries is added before the temperature is
+  // applied, as in the reference: with a negative temperature and topk < S it
+  // turns into +inf and every row is NaN; with topk >= S nothing is dropped.
   Qkv x = RandomQkv(1, 4, 7, 2, 3, 2, 9);
-  ExactTopKAttentionImpl attention(2, -1.0, 0.0);
-  torch::Tensor out = attention.forward(x.queries, x.keys, x.values, Mask::Full(4, 7),
-                                        FullLengths(1, 4), FullLengths(1, 7));
-  EXPECT_TENSOR_CLOSE(out, ReferenceTopK(x, 2, -1.0, torch::ones({4, 7}, torch::kBool), {7}), 1e-5,
+  const Mask full = Mask::Full(4, 7);
+  ExactTopKAttentionImpl all_keys(7, -1.0, 0.0);
+  torch::Tensor out =
+      all_keys.forward(x.queries, x.keys, x.values, full, FullLengths(1, 4), FullLengths(1, 7));
+  EXPECT_TENSOR_CLOSE(out, ReferenceTopK(x, 7, -1.0, torch::ones({4, 7}, torch::kBool), {7}), 1e-5,
                       1e-5);
+  ExactTopKAttentionImpl two_keys(2, -1.0, 0.0);
+  out = two_keys.forward(x.queries, x.keys, x.values, full, FullLengths(1, 4), FullLengths(1, 7));
+  EXPECT_TRUE(torch::isnan(out).all().item<bool>());
 }
 
 TEST(ExactTopKAttentionTest, TopKAtLeastSEqualsFullAttention) {

@@ -106,7 +106,9 @@ TEST(QuadraticAttentionTest, OnAFreshRegistry) {
 
 TEST(QuadraticAttentionTest, OnTheGlobalRegistry) {
   AttentionRegistry& global = GlobalAttentionRegistry();
-  if (!global.Contains("square")) ASSERT_TRUE(RegisterQuadraticAttention(global).ok());
+  if (!global.Contains("square")) {
+    ASSERT_TRUE(RegisterQuadraticAttention(global).ok());
+  }
   EXPECT_EQ(global.keys().back(), "square");
   AttentionBuilder builder;  // Over the global registry.
   CheckBuiltSquare(builder);

@@ -224,6 +224,24 @@ TEST(AttentionBuilderTest, FromJsonWithFeatureMapFactory) {
   EXPECT_EQ(bad_factory.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(AttentionBuilderTest, RecurrentBuilders) {
+  RecurrentAttentionBuilder recurrent;
+  EXPECT_EQ(recurrent.available_attentions(),
+            (std::vector<std::string>{"full", "linear", "causal-linear"}));
+  EXPECT_FALSE(recurrent.ValidateAttentionType("local"));
+  EXPECT_EQ(recurrent.Set("clusters", 3).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(recurrent.Set("query_dimensions", 4).ok());
+  absl::StatusOr<RecurrentAttentionPtr> causal = recurrent.Build("causal-linear");
+  ASSERT_TRUE(causal.ok()) << causal.status();
+  EXPECT_EQ((*causal)->class_name(), "RecurrentLinearAttention");
+
+  RecurrentCrossAttentionBuilder cross;
+  EXPECT_EQ(cross.available_attentions(), (std::vector<std::string>{"full", "linear"}));
+  absl::StatusOr<RecurrentCrossAttentionPtr> full = cross.Build("full");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ((*full)->class_name(), "RecurrentCrossFullAttention");
+}
+
 TEST(AttentionBuilderTest, UsesItsOwnRegistry) {
   AttentionRegistry registry;
   AttentionBuilder builder(registry);
