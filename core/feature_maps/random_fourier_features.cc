@@ -76,6 +76,11 @@ void RandomFourierFeaturesImpl::new_feature_map(torch::Device device) {
 }
 
 torch::Tensor RandomFourierFeaturesImpl::Project(const torch::Tensor& xs) const {
+  TORCH_CHECK(xs.device() == omega_.device(), class_name(), ": omega is on ", omega_.device(),
+              " but the input is on ", xs.device(), "; call new_feature_map(device) or move the ",
+              "module");
+  TORCH_CHECK(xs.dim() >= 1 && xs.size(-1) == query_dims(), class_name(),
+              ": expected inputs with a last axis of size ", query_dims(), ", got ", xs.sizes());
   const torch::Tensor omega =
       omega_.scalar_type() == xs.scalar_type() ? omega_ : omega_.to(xs.scalar_type());
   return torch::matmul(xs, omega);

@@ -318,6 +318,26 @@ TEST(RandomFeatureSampling, LoadedOmegaIsUsedByForward) {
   EXPECT_TRUE(torch::equal(favor.forward(x), reference.forward(x)));
 }
 
+TEST(RandomFeatureSampling, SamplesOnTheRequestedDevice) {
+  std::vector<torch::Device> devices = {torch::kCPU};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  for (const torch::Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    FavorImpl favor(kE, FavorOptions().n_dims(16));
+    favor.new_feature_map(device);
+    EXPECT_EQ(favor.omega().device(), device);
+    EXPECT_EQ(favor.omega().scalar_type(), torch::kFloat);
+    EXPECT_EQ(favor.named_buffers()["omega"].device(), device);
+    const torch::Tensor x = torch::randn({1, 3, 2, kE}, torch::TensorOptions().device(device));
+    EXPECT_EQ(favor.forward(x).device(), device);
+  }
+}
+
+TEST(RandomFeatureSampling, WrongInputsAreNamed) {
+  FavorImpl favor(kE);
+  EXPECT_THROW(favor.forward(torch::randn({2, 3, kE + 1})), c10::Error);
+}
+
 TEST(RandomFeatureSampling, InvalidSettingsAreRejected) {
   EXPECT_THROW(RandomFourierFeaturesImpl(kE, RandomFourierFeaturesOptions().redraw(0)), c10::Error);
   EXPECT_THROW(RandomFourierFeaturesImpl(kE, RandomFourierFeaturesOptions().n_dims(-2)),

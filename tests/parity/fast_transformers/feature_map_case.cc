@@ -1,7 +1,8 @@
 // Runner for kind "feature_map" (fm_*): builds {class, query_dimensions,
 // kwargs} through the catalogue, loads omega from params (strictly: every
 // buffer and every param must match by name and shape), freezes the map and
-// compares forward_queries / forward_keys with the case tolerance.
+// compares forward_queries / forward_keys with the case tolerance. Also
+// checks that sample_seed + new_feature_map reproduces omega.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -40,6 +41,20 @@ void RunFeatureMapCase(const FixtureCase& c) {
   }
   fm->set_frozen(true);
   fm->new_feature_map(torch::kCPU);  // Must not resample a frozen map.
+
+  // The sampler makes the reference's RNG calls in the reference's order, so
+  // seeding the global generator with sample_seed reproduces omega. Gaussian
+  // omegas come out bit-exact here; orthogonal ones differ by a few ulps
+  // because QR (and the BLAS behind einsum) differ between LAPACK builds,
+  // hence the small tolerance. A wrong draw order would differ by O(1). An
+  // all-zero omega was never sampled, so there is nothing to reproduce.
+  if (c.spec.contains("sample_seed") && c.params.count("omega") != 0 &&
+      c.params.at("omega").abs().sum().item<double>() > 0) {
+    FeatureMapPtr fresh = factory->make(query_dims);
+    torch::manual_seed(c.spec.at("sample_seed").get<uint64_t>());
+    fresh->new_feature_map(torch::kCPU);
+    EXPECT_TENSOR_CLOSE(fresh->named_buffers()["omega"], c.params.at("omega"), 1e-5, 1e-5);
+  }
 
   const torch::Tensor phi_queries = fm->forward_queries(c.input("x_queries"));
   const torch::Tensor phi_keys = fm->forward_keys(c.input("x_keys"));
