@@ -8,7 +8,8 @@
 // With omega ~ N(0, I) columns, E[phi(x) . phi(y)] = exp(-t |x - y|^2 / 2)
 // for even n_dims (the scale uses n_dims itself, not 2*floor(n_dims/2)).
 //
-// RandomFourierFeatures(query_dimensions, options):
+// RandomFourierFeatures(query_dimensions, options) (options are chained
+// setters, e.g. RandomFourierFeaturesOptions().n_dims(256)):
 //   n_dims              feature-map size; unset or 0 -> query_dimensions
 //   softmax_temp        t; unset -> 1/sqrt(query_dimensions) (0 stays 0)
 //   orthogonal = false  omega from FillOrthogonalRandomMatrix instead of N(0, 1)
@@ -16,7 +17,8 @@
 //   deterministic_eval = false   never resample in eval mode
 //
 // SmoothedRandomFourierFeatures(query_dimensions, options): the RFF above
-// built with n' = (n_dims or query_dimensions) - 1 (then `n' or E` again),
+// built with n' = (n_dims if set, else query_dimensions) - 1 (then `n' or E`
+// again; a negative n' is an error),
 // with the constant `smoothing` (default 1.0) appended as a last feature, so
 // phi(x) . phi(y) approximates exp(-t |x - y|^2 / 2) + smoothing^2. Output
 // size 2*floor(n'/2) + 1.
@@ -30,7 +32,9 @@
 // global torch generator, or FillOrthogonalRandomMatrix. It replaces the contents
 // of the persistent buffer "omega" (the registered buffer stays the same
 // tensor object, so a state dict loads into it). Before the first sample
-// omega is zeros.
+// omega is zeros. The RNG calls are the reference's, in its order: after
+// torch::manual_seed(s) the reference's omega for seed s is reproduced
+// (Gaussian bit-exactly, orthogonal up to a few ulps from the LAPACK QR).
 //
 // forward() uses omega in the input's dtype. redraw must be >= 1 (Python
 // fails with ZeroDivisionError at the first sample for 0).
