@@ -7,9 +7,12 @@
 
 #include <optional>
 #include <utility>
+#include <vector>
 
 namespace performer::kernels {
 namespace {
+
+torch::Tensor Int64s(std::vector<int64_t> values) { return torch::tensor(values, torch::kInt64); }
 
 // (..., ) int64 codes -> (..., bits) 0/1 int64.
 torch::Tensor BitsOf(const torch::Tensor& codes, int64_t bits) {
@@ -46,7 +49,7 @@ TEST(ClusterHashesTest, MatchesReferenceWhenNoClusterEmpties) {
     torch::manual_seed(seed);
     const int64_t bits = 12, length = 40, clusters = 3, iterations = 5;
     torch::Tensor hashes = torch::randint(1 << bits, {2, 2, length}, torch::kInt64);
-    torch::Tensor lengths = torch::tensor({length, int64_t{31}});
+    torch::Tensor lengths = Int64s({length, 31});
     torch::Tensor positions = torch::randperm(length, torch::kInt64).narrow(0, 0, clusters);
     HashClusters result = ClusterHashes(hashes, lengths, positions, iterations, bits);
     for (int64_t n = 0; n < 2; ++n) {
@@ -68,16 +71,14 @@ TEST(ClusterHashesTest, MatchesReferenceWhenNoClusterEmpties) {
 TEST(ClusterHashesTest, SeparatedCodesAreRecovered) {
   // Three well separated code families; one initial centroid in each.
   const int64_t bits = 30;
-  torch::Tensor base =
-      torch::tensor({int64_t{0}, int64_t{(1 << 10) - 1} << 10, int64_t{(1 << 10) - 1} << 20});
+  torch::Tensor base = Int64s({0, int64_t{(1 << 10) - 1} << 10, int64_t{(1 << 10) - 1} << 20});
   torch::Tensor family = torch::arange(24, torch::kInt64).remainder(3);
-  torch::Tensor noise = torch::tensor({int64_t{1} << 3})
+  torch::Tensor noise = Int64s({int64_t{1} << 3})
                             .bitwise_left_shift(family * 10)
                             .mul(torch::arange(24, torch::kInt64).remainder(2));
   torch::Tensor codes = base.index_select(0, family).bitwise_xor(noise);
   torch::Tensor hashes = codes.view({1, 1, 24});
-  HashClusters result = ClusterHashes(hashes, torch::tensor({int64_t{24}}),
-                                      torch::tensor({int64_t{0}, 1, 2}), 10, bits);
+  HashClusters result = ClusterHashes(hashes, Int64s({24}), Int64s({0, 1, 2}), 10, bits);
   EXPECT_TRUE(torch::equal(result.groups.view({24}), family));
   EXPECT_TRUE(torch::equal(result.counts.view({3}), torch::full({3}, 8, torch::kInt64)));
 }
@@ -85,9 +86,8 @@ TEST(ClusterHashesTest, SeparatedCodesAreRecovered) {
 TEST(ClusterHashesTest, PaddedCodesGetTheInvalidIdAndAreNotCounted) {
   torch::manual_seed(3);
   torch::Tensor hashes = torch::randint(1 << 8, {3, 2, 10}, torch::kInt64);
-  torch::Tensor lengths = torch::tensor({int64_t{10}, int64_t{4}, int64_t{0}});
-  HashClusters result =
-      ClusterHashes(hashes, lengths.to(torch::kInt32), torch::tensor({int64_t{9}, 2}), 4, 8);
+  torch::Tensor lengths = Int64s({10, 4, 0});
+  HashClusters result = ClusterHashes(hashes, lengths.to(torch::kInt32), Int64s({9, 2}), 4, 8);
   EXPECT_TRUE(torch::equal(result.counts.sum(-1), lengths.view({3, 1}).expand({3, 2})));
   for (int64_t n = 0; n < 3; ++n) {
     const int64_t valid = lengths[n].item<int64_t>();
@@ -99,13 +99,11 @@ TEST(ClusterHashesTest, PaddedCodesGetTheInvalidIdAndAreNotCounted) {
 
 TEST(ClusterHashesTest, OneIterationAssignsToInitialCentroidsWithTiesToLowestIndex) {
   // Centroids 0b0000 and 0b1111; 0b0011 is equidistant and goes to cluster 0.
-  torch::Tensor hashes = torch::tensor({int64_t{0}, 15, 3, 7, 1}).view({1, 1, 5});
-  HashClusters result =
-      ClusterHashes(hashes, torch::tensor({int64_t{5}}), torch::tensor({int64_t{0}, 1}), 1, 4);
-  EXPECT_TRUE(torch::equal(result.groups.view({5}), torch::tensor({int64_t{0}, 1, 0, 1, 0})));
+  torch::Tensor hashes = Int64s({0, 15, 3, 7, 1}).view({1, 1, 5});
+  HashClusters result = ClusterHashes(hashes, Int64s({5}), Int64s({0, 1}), 1, 4);
+  EXPECT_TRUE(torch::equal(result.groups.view({5}), Int64s({0, 1, 0, 1, 0})));
   // Identical initial centroids: everything goes to the lower index.
-  HashClusters same =
-      ClusterHashes(hashes, torch::tensor({int64_t{5}}), torch::tensor({int64_t{1}, 1}), 1, 4);
+  HashClusters same = ClusterHashes(hashes, Int64s({5}), Int64s({1, 1}), 1, 4);
   EXPECT_TRUE(same.groups.eq(0).all().item<bool>());
 }
 
@@ -117,7 +115,7 @@ TEST(ClusterHashesTest, EmptyClustersAreReseededReproduciblyAndThreadIndependent
   row.narrow(0, 12, 4).fill_((int64_t{1} << 20) - 1);
   torch::Tensor hashes = row.view({1, 1, 16}).repeat({4, 3, 1}).contiguous();
   torch::Tensor lengths = torch::full({4}, 16, torch::kInt64);
-  torch::Tensor positions = torch::tensor({int64_t{0}, 1});
+  torch::Tensor positions = Int64s({0, 1});
   auto run = [&](uint64_t seed, int threads) {
     const int previous = at::get_num_threads();
     at::set_num_threads(threads);
@@ -148,12 +146,12 @@ TEST(ClusterHashesTest, EmptyClustersAreReseededReproduciblyAndThreadIndependent
 
 TEST(ClusterHashesTest, RejectsBadArguments) {
   torch::Tensor hashes = torch::zeros({1, 1, 4}, torch::kInt64);
-  torch::Tensor lengths = torch::tensor({int64_t{4}});
-  torch::Tensor positions = torch::tensor({int64_t{0}});
+  torch::Tensor lengths = Int64s({4});
+  torch::Tensor positions = Int64s({0});
   EXPECT_THROW(ClusterHashes(hashes, lengths, positions, 2, 64), c10::Error);
   EXPECT_THROW(ClusterHashes(hashes, lengths, positions, 2, 0), c10::Error);
-  EXPECT_THROW(ClusterHashes(hashes, lengths, torch::tensor({int64_t{4}}), 2, 8), c10::Error);
-  EXPECT_THROW(ClusterHashes(hashes, torch::tensor({int64_t{5}}), positions, 2, 8), c10::Error);
+  EXPECT_THROW(ClusterHashes(hashes, lengths, Int64s({4}), 2, 8), c10::Error);
+  EXPECT_THROW(ClusterHashes(hashes, Int64s({5}), positions, 2, 8), c10::Error);
   EXPECT_THROW(ClusterHashes(hashes.to(torch::kFloat), lengths, positions, 2, 8), c10::Error);
 }
 
