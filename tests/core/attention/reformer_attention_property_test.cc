@@ -44,7 +44,8 @@ TEST(ReformerAttentionProperty, P_R1_SingleChunkIsFullAttentionOverNormalizedQue
   torch::Tensor unused_keys = torch::randn({N, L, H, E});
   const double t = 1.0 / std::sqrt(double{E});
   for (bool with_lengths : {false, true}) {
-    torch::Tensor lengths = with_lengths ? torch::tensor({int64_t{11}, L}) : torch::full({N}, L, torch::kInt64);
+    torch::Tensor lengths =
+        with_lengths ? torch::tensor({int64_t{11}, L}) : torch::full({N}, L, torch::kInt64);
     Mask key_lengths = Mask::Lengths(lengths.to(torch::kInt64), L);
     torch::Tensor expected =
         ReferenceSoftmaxAttention(q, Normalized(q), v, t, KeepFirst(lengths, L));
