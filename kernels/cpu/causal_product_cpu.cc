@@ -2,6 +2,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -178,14 +179,17 @@ void RunSweeps(const std::vector<SweepJob>& jobs, int64_t heads, int64_t L) {
   const int64_t grain =
       std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(1, work_per_head));
   at::parallel_for(0, heads, grain, [&](int64_t begin, int64_t end) {
-    std::vector<T> state(static_cast<size_t>(max_state));
+    // From the CPU allocator rather than the C++ heap, so that memory
+    // accounting through that allocator (bench/memory_tracker.h) sees it.
+    const c10::DataPtr scratch = c10::GetCPUAllocator()->allocate(max_state * sizeof(T));
+    T* state = static_cast<T*>(scratch.get());
     for (int64_t head = begin; head < end; ++head) {
       for (const SweepJob& job : jobs) {
         const int64_t P = job.a->size(-1);
         const int64_t R = job.c->size(-1);
         RunSweep(job.a->data_ptr<T>() + head * L * P, job.b->data_ptr<T>() + head * L * P,
-                 job.c->data_ptr<T>() + head * L * R, job.out->data_ptr<T>() + head * L * R,
-                 state.data(), L, P, R, job.reverse);
+                 job.c->data_ptr<T>() + head * L * R, job.out->data_ptr<T>() + head * L * R, state,
+                 L, P, R, job.reverse);
       }
     }
   });
