@@ -9,11 +9,15 @@
 #include "core/attention/aft_simple_attention.h"
 #include "core/attention/attention_registries.h"
 #include "core/attention/causal_linear_attention.h"
+#include "core/attention/clustered_attention.h"
 #include "core/attention/conditional_full_attention.h"
 #include "core/attention/exact_topk_attention.h"
 #include "core/attention/full_attention.h"
+#include "core/attention/improved_clustered_attention.h"
+#include "core/attention/improved_clustered_causal_attention.h"
 #include "core/attention/linear_attention.h"
 #include "core/attention/local_attention.h"
+#include "core/attention/reformer_attention.h"
 #include "core/recurrent/recurrent_full_attention.h"
 #include "core/recurrent/recurrent_linear_attention.h"
 
@@ -23,18 +27,16 @@ absl::Status RegisterBuiltinAttentions(AttentionRegistry& attention,
                                        RecurrentAttentionRegistry& recurrent,
                                        RecurrentCrossAttentionRegistry& recurrent_cross) {
   // Batch attentions, in the order of the reference's AttentionRegistry.keys.
-  // MERGE POINT (clustered family, branch clust): insert
-  //   RegisterClusteredAttention, RegisterImprovedClusteredAttention,
-  //   RegisterReformerAttention after causal-linear, and
-  //   RegisterImprovedClusteredCausalAttention after exact-topk.
   const std::vector<std::function<absl::Status(AttentionRegistry&)>> batch = {
       RegisterFullAttention,
       RegisterLinearAttention,
       RegisterCausalLinearAttention,
-      // clustered, improved-clustered, reformer: see MERGE POINT above.
+      RegisterClusteredAttention,
+      RegisterImprovedClusteredAttention,
+      RegisterReformerAttention,
       RegisterConditionalFullAttention,
       RegisterExactTopKAttention,
-      // causal-improved-clustered: see MERGE POINT above.
+      RegisterImprovedClusteredCausalAttention,
       RegisterLocalAttention,
       RegisterAFTFullAttention,
       RegisterAFTSimpleAttention,
