@@ -82,9 +82,11 @@ class RecurrentAttentionImpl : public torch::nn::Module, public Introspectable {
                                 const torch::Tensor& value, AttentionState& state) = 0;
 };
 
-// Recurrent cross attention: query (N,H,E) -> (N,H,D). keys (N,S,H,E),
-// values (N,S,H,D) and key_lengths (N x S length mask) are used only when
-// the state is new; afterwards they may be undefined and are ignored.
+// Recurrent cross attention: query (N,H,E) -> (N,H,D). keys (N,S,H,E) and
+// values (N,S,H,D) are used only when the state is new; afterwards they may
+// be undefined and are ignored. key_lengths (N x S length mask) is read on the
+// first step by every attention and, as in the reference, at every step by
+// cross full attention (its softmax masks the padded memory each time).
 class RecurrentCrossAttentionImpl : public torch::nn::Module, public Introspectable {
  public:
   virtual torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& keys,

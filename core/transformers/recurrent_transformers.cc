@@ -29,7 +29,31 @@ int64_t DefaultMemoryLength(const torch::Tensor& memory, const AttentionState& c
   return 0;
 }
 
+void AddStateTensors(const std::string& prefix, const AttentionState& state,
+                     std::map<std::string, torch::Tensor>& out) {
+  const std::vector<torch::Tensor> tensors = StateTensors(state);
+  for (size_t j = 0; j < tensors.size(); ++j) out[prefix + std::to_string(j)] = tensors[j];
+}
+
 }  // namespace
+
+std::map<std::string, torch::Tensor> NamedStateTensors(const RecurrentEncoderState& state) {
+  std::map<std::string, torch::Tensor> out;
+  for (size_t i = 0; i < state.layers.size(); ++i) {
+    AddStateTensors("layers." + std::to_string(i) + ".", state.layers[i], out);
+  }
+  return out;
+}
+
+std::map<std::string, torch::Tensor> NamedStateTensors(const RecurrentDecoderState& state) {
+  std::map<std::string, torch::Tensor> out;
+  for (size_t i = 0; i < state.layers.size(); ++i) {
+    const std::string prefix = "layers." + std::to_string(i) + ".";
+    AddStateTensors(prefix + "self.", state.layers[i].self, out);
+    AddStateTensors(prefix + "cross.", state.layers[i].cross, out);
+  }
+  return out;
+}
 
 RecurrentTransformerEncoderLayerImpl::RecurrentTransformerEncoderLayerImpl(
     RecurrentAttentionLayerPtr attention_layer, int64_t d_model, std::optional<int64_t> d_ff,

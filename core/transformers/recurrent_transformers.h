@@ -43,6 +43,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +73,13 @@ struct RecurrentEncoderState {
 struct RecurrentDecoderState {
   std::vector<RecurrentDecoderLayerState> layers;
 };
+
+// The state's tensors by the golden fixtures' names (final_state.*):
+// "layers.<i>.<j>" for an encoder, "layers.<i>.self.<j>" and
+// "layers.<i>.cross.<j>" for a decoder, j indexing StateTensors() (e.g. 0 =
+// S, 1 = Z of a linear attention).
+std::map<std::string, torch::Tensor> NamedStateTensors(const RecurrentEncoderState& state);
+std::map<std::string, torch::Tensor> NamedStateTensors(const RecurrentDecoderState& state);
 
 class RecurrentTransformerEncoderLayerImpl : public torch::nn::Module, public Introspectable {
  public:
