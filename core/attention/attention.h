@@ -13,11 +13,11 @@
 #pragma once
 
 #include <torch/nn/module.h>
-#include <cmath>
-#include <optional>
 #include <torch/types.h>
 
+#include <cmath>
 #include <memory>
+#include <optional>
 
 #include "core/introspection.h"
 #include "core/masks.h"

@@ -3,10 +3,11 @@
 //
 //   class name                      kwargs (defaults as in the reference)
 //   elu_feature_map                 -
-//   RandomFourierFeatures           n_dims, softmax_temp, orthogonal=false, redraw=1, deterministic_eval=false
-//   SmoothedRandomFourierFeatures   + smoothing=1.0
-//   Favor                           n_dims, softmax_temp, orthogonal=true, stabilize=false, redraw, deterministic_eval
-//   GeneralizedRandomFeatures       n_dims, softmax_temp=1.0, orthogonal=true, kernel_fn="relu", redraw, deterministic_eval
+//   RandomFourierFeatures           n_dims, softmax_temp, orthogonal=false, redraw=1,
+//   deterministic_eval=false SmoothedRandomFourierFeatures   + smoothing=1.0 Favor n_dims,
+//   softmax_temp, orthogonal=true, stabilize=false, redraw, deterministic_eval
+//   GeneralizedRandomFeatures       n_dims, softmax_temp=1.0, orthogonal=true, kernel_fn="relu",
+//   redraw, deterministic_eval
 #pragma once
 
 #include <nlohmann/json.hpp>

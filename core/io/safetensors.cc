@@ -3,13 +3,13 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,9 +23,9 @@ struct DtypeEntry {
 };
 
 constexpr DtypeEntry kDtypes[] = {
-    {"F64", torch::kDouble, 8}, {"F32", torch::kFloat, 4},   {"F16", torch::kHalf, 2},
-    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kLong, 8}, {"I32", torch::kInt, 4},
-    {"I16", torch::kShort, 2},  {"I8", torch::kChar, 1},     {"U8", torch::kByte, 1},
+    {"F64", torch::kDouble, 8},    {"F32", torch::kFloat, 4}, {"F16", torch::kHalf, 2},
+    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kLong, 8},  {"I32", torch::kInt, 4},
+    {"I16", torch::kShort, 2},     {"I8", torch::kChar, 1},   {"U8", torch::kByte, 1},
     {"BOOL", torch::kBool, 1},
 };
 
@@ -90,7 +90,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
     ::close(fd);
-    return error(absl::StrCat("truncated file: ", file_size, " bytes, less than the 8-byte header length"));
+    return error(
+        absl::StrCat("truncated file: ", file_size, " bytes, less than the 8-byte header length"));
   }
   void* mapping = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);

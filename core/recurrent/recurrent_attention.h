@@ -7,8 +7,8 @@
 //
 // State layouts (F = feature-map size, t = steps so far):
 //   RecurrentFullState        keys (N,H,t,E), values (N,H,t,D)   grows with t
-//   RecurrentLinearState      kv = S = sum phi(k) v^T (N,H,F,D), normalizer = Z = sum phi(k) (N,H,F)
-//   CrossFullState            keys (N,S,H,E), values (N,S,H,D)   the projected memory
+//   RecurrentLinearState      kv = S = sum phi(k) v^T (N,H,F,D), normalizer = Z = sum phi(k)
+//   (N,H,F) CrossFullState            keys (N,S,H,E), values (N,S,H,D)   the projected memory
 //   CrossLinearState          kv (N,H,D,F) (transposed w.r.t. self!), normalizer (N,H,F)
 // A user-registered attention may keep any list of tensors.
 #pragma once

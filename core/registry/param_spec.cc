@@ -176,12 +176,11 @@ class ChoiceSpecImpl final : public ParamSpec {
     return other != nullptr && choices_ == other->choices_;
   }
   std::string Describe() const override {
-    return absl::StrCat("Choice[",
-                        absl::StrJoin(choices_, ", ",
-                                      [](std::string* out, const ParamValue& c) {
-                                        out->append(c.Repr());
-                                      }),
-                        "]");
+    return absl::StrCat(
+        "Choice[",
+        absl::StrJoin(choices_, ", ",
+                      [](std::string* out, const ParamValue& c) { out->append(c.Repr()); }),
+        "]");
   }
 
  private:

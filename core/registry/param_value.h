@@ -10,10 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <variant>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace performer {
 
@@ -32,17 +31,17 @@ class ParamValue {
   struct None {
     bool operator==(const None&) const { return true; }
   };
-  using Storage =
-      std::variant<None, bool, int64_t, double, std::string, std::shared_ptr<NamedFeatureMapFactory>>;
+  using Storage = std::variant<None, bool, int64_t, double, std::string,
+                               std::shared_ptr<NamedFeatureMapFactory>>;
 
   ParamValue() : value_(None{}) {}
-  ParamValue(bool v) : value_(v) {}  // NOLINT(google-explicit-constructor)
-  ParamValue(int v) : value_(int64_t{v}) {}  // NOLINT
-  ParamValue(int64_t v) : value_(v) {}  // NOLINT
-  ParamValue(double v) : value_(v) {}  // NOLINT
+  ParamValue(bool v) : value_(v) {}                      // NOLINT(google-explicit-constructor)
+  ParamValue(int v) : value_(int64_t{v}) {}              // NOLINT
+  ParamValue(int64_t v) : value_(v) {}                   // NOLINT
+  ParamValue(double v) : value_(v) {}                    // NOLINT
   ParamValue(const char* v) : value_(std::string(v)) {}  // NOLINT
-  ParamValue(std::string v) : value_(std::move(v)) {}  // NOLINT
-  ParamValue(NamedFeatureMapFactory f)  // NOLINT
+  ParamValue(std::string v) : value_(std::move(v)) {}    // NOLINT
+  ParamValue(NamedFeatureMapFactory f)                   // NOLINT
       : value_(std::make_shared<NamedFeatureMapFactory>(std::move(f))) {}
 
   bool is_none() const { return std::holds_alternative<None>(value_); }

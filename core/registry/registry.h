@@ -55,7 +55,8 @@ class Registry {
   // parameter is already registered with a different spec.
   absl::Status Register(const std::string& name, const std::string& class_name,
                         std::vector<std::pair<std::string, ParamSpecPtr>> parameters,
-                        ModuleCreator<Module> create, std::vector<std::string> constructor_args = {},
+                        ModuleCreator<Module> create,
+                        std::vector<std::string> constructor_args = {},
                         int required_positional = 0) {
     if (entries_.count(name) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, " is already registered"));
@@ -63,9 +64,9 @@ class Registry {
     for (const auto& [param, spec] : parameters) {
       auto it = specs_.find(param);
       if (it != specs_.end() && !it->second->Equals(*spec)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            param, " is already registered with spec ", it->second->Describe(),
-            " instead of ", spec->Describe()));
+        return absl::InvalidArgumentError(absl::StrCat(param, " is already registered with spec ",
+                                                       it->second->Describe(), " instead of ",
+                                                       spec->Describe()));
       }
     }
     RegistryEntry<Module> entry;
@@ -115,28 +116,29 @@ class Registry {
   // parameter values; parameters not given take their spec's default.
   // Errors: InvalidArgument for invalid values or an unknown name,
   // FailedPrecondition (Python's TypeError) for a wrong composition.
-  absl::StatusOr<std::shared_ptr<Module>> Create(const std::string& name,
-                                                 const std::vector<std::shared_ptr<Module>>& positional,
-                                                 const ParamMap& given) const {
+  absl::StatusOr<std::shared_ptr<Module>> Create(
+      const std::string& name, const std::vector<std::shared_ptr<Module>>& positional,
+      const ParamMap& given) const {
     const RegistryEntry<Module>* entry = Find(name);
     if (entry == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("Unknown attention type '", name, "'"));
     }
     const int n_positional = static_cast<int>(positional.size());
     if (n_positional < entry->required_positional) {
-      std::vector<std::string> missing(entry->constructor_args.begin() + n_positional,
-                                       entry->constructor_args.begin() + entry->required_positional);
-      return absl::FailedPreconditionError(absl::StrCat(
-          entry->class_name, ".__init__() missing ", missing.size(), " required positional argument",
-          missing.size() == 1 ? "" : "s", ": ",
-          absl::StrJoin(missing, " and ", [](std::string* out, const std::string& s) {
-            absl::StrAppend(out, "'", s, "'");
-          })));
+      std::vector<std::string> missing(
+          entry->constructor_args.begin() + n_positional,
+          entry->constructor_args.begin() + entry->required_positional);
+      return absl::FailedPreconditionError(
+          absl::StrCat(entry->class_name, ".__init__() missing ", missing.size(),
+                       " required positional argument", missing.size() == 1 ? "" : "s", ": ",
+                       absl::StrJoin(missing, " and ", [](std::string* out, const std::string& s) {
+                         absl::StrAppend(out, "'", s, "'");
+                       })));
     }
     if (n_positional > static_cast<int>(entry->constructor_args.size())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          entry->class_name, ".__init__() takes ", entry->constructor_args.size() + 1,
-          " positional arguments but ", n_positional + 1, " were given"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(entry->class_name, ".__init__() takes ", entry->constructor_args.size() + 1,
+                       " positional arguments but ", n_positional + 1, " were given"));
     }
     for (int i = 0; i < n_positional; ++i) {
       const std::string& arg = entry->constructor_args[i];

@@ -13,7 +13,7 @@ namespace performer {
 
 struct TorchRuntimeInfo {
   int intra_op_threads = 1;
-  std::string blas_library;  // Path of the BLAS shared object mapped, or "unknown".
+  std::string blas_library;        // Path of the BLAS shared object mapped, or "unknown".
   bool blas_is_optimized = false;  // OpenBLAS / MKL / BLIS rather than the reference BLAS.
 };
 

@@ -26,6 +26,6 @@ inline bool RegisterCaseRunner(const std::string& family, const std::string& kin
 
 #define PERFORMER_CASE_RUNNER_CONCAT_(a, b) a##b
 #define PERFORMER_CASE_RUNNER_CONCAT(a, b) PERFORMER_CASE_RUNNER_CONCAT_(a, b)
-#define PERFORMER_REGISTER_CASE_RUNNER(family, kind, fn)                                 \
+#define PERFORMER_REGISTER_CASE_RUNNER(family, kind, fn)                             \
   static const bool PERFORMER_CASE_RUNNER_CONCAT(performer_case_runner_, __LINE__) = \
       ::performer::testing::RegisterCaseRunner(family, kind, fn)

@@ -21,9 +21,8 @@ void RunCase(const std::string& family, const std::string& name) {
   ASSERT_TRUE(c.ok()) << c.status();
   const std::string kind = c->spec.value("kind", "");
   auto it = CaseRunners().find(family + "/" + kind);
-  ASSERT_TRUE(it != CaseRunners().end())
-      << "fixture " << family << "/" << name << " has kind '" << kind
-      << "' which this port cannot run";
+  ASSERT_TRUE(it != CaseRunners().end()) << "fixture " << family << "/" << name << " has kind '"
+                                         << kind << "' which this port cannot run";
   it->second(*c);
 }
 
@@ -33,16 +32,16 @@ std::string CaseName(const ::testing::TestParamInfo<std::string>& info) {
   return out;
 }
 
-#define PERFORMER_FAMILY_SUITE(Suite, family)                                              \
-  class Suite : public ::testing::TestWithParam<std::string> {};                           \
-  TEST_P(Suite, Case) { RunCase(family, GetParam()); }                                     \
-  INSTANTIATE_TEST_SUITE_P(Fixtures, Suite, ::testing::ValuesIn(ListCases(family)), CaseName); \
-  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite);                                    \
-  TEST(Suite##Folder, Present) {                                                           \
-    if (!FamilyPresent(family)) {                                                          \
-      GTEST_SKIP() << "fixture folder " << FixtureRoot() << "/" << family                  \
-                   << " is absent: set PERFORMER_FIXTURES; parity cases skipped";          \
-    }                                                                                      \
+#define PERFORMER_FAMILY_SUITE(Suite, family)                                                    \
+  class Suite : public ::testing::TestWithParam<std::string> {};                                 \
+  TEST_P(Suite, Case) { RunCase(family, GetParam()); }                                           \
+  INSTANTIATE_TEST_SUITE_P(Fixtures, Suite, ::testing::ValuesIn(ListCases(family)), CaseName);   \
+  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite);                                          \
+  TEST(Suite##Folder, Present) {                                                                 \
+    if (!FamilyPresent(family)) {                                                                \
+      GTEST_SKIP() << "fixture folder " << FixtureRoot() << "/" << family                        \
+                   << " is absent: set PERFORMER_FIXTURES; parity cases skipped";                \
+    }                                                                                            \
     EXPECT_FALSE(ListCases(family).empty()) << "no cases in " << FixtureRoot() << "/" << family; \
   }
 

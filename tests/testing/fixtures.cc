@@ -112,8 +112,9 @@ std::optional<std::string> CompareTensors(const torch::Tensor& actual_in,
   s << (excess > 0).sum().item<int64_t>() << " of " << excess.numel()
     << " elements out of tolerance; worst at flat index " << worst << ": actual "
     << actual.flatten()[worst].item<double>() << " expected "
-    << expected.flatten()[worst].item<double>() << " (|diff| " << diff.flatten()[worst].item<double>()
-    << ", atol " << atol << ", rtol " << rtol << ", max |diff| " << diff.max().item<double>() << ")";
+    << expected.flatten()[worst].item<double>() << " (|diff| "
+    << diff.flatten()[worst].item<double>() << ", atol " << atol << ", rtol " << rtol
+    << ", max |diff| " << diff.max().item<double>() << ")";
   return s.str();
 }
 

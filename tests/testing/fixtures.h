@@ -45,16 +45,16 @@ absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::strin
 // NaNs, infinities must match exactly). Returns a description of the worst
 // violation, or nullopt when everything is within tolerance. Optional `rows`
 // mask (bool, broadcastable to the leading dims) restricts the comparison.
-std::optional<std::string> CompareTensors(const torch::Tensor& actual, const torch::Tensor& expected,
-                                          double atol, double rtol);
+std::optional<std::string> CompareTensors(const torch::Tensor& actual,
+                                          const torch::Tensor& expected, double atol, double rtol);
 
 }  // namespace performer::testing
 
 // GoogleTest assertion: EXPECT_TENSOR_CLOSE(actual, expected, atol, rtol).
-#define EXPECT_TENSOR_CLOSE(actual, expected, atol, rtol)                                   \
-  do {                                                                                      \
-    auto performer_cmp_ = ::performer::testing::CompareTensors((actual), (expected), (atol), \
-                                                              (rtol));                      \
-    EXPECT_FALSE(performer_cmp_.has_value()) << #actual << " vs " << #expected << ": "      \
-                                             << performer_cmp_.value_or("");                \
+#define EXPECT_TENSOR_CLOSE(actual, expected, atol, rtol)                           \
+  do {                                                                              \
+    auto performer_cmp_ =                                                           \
+        ::performer::testing::CompareTensors((actual), (expected), (atol), (rtol)); \
+    EXPECT_FALSE(performer_cmp_.has_value())                                        \
+        << #actual << " vs " << #expected << ": " << performer_cmp_.value_or("");   \
   } while (0)
