@@ -110,8 +110,8 @@ std::optional<nlohmann::json> TorchModuleAttribute(const torch::nn::Module& modu
 
 absl::Status NoAttribute(const std::string& owner, const std::string& part,
                          const std::string& path) {
-  return absl::NotFoundError(absl::StrCat("'", owner, "' object has no attribute '", part,
-                                          "' (resolving '", path, "')"));
+  return absl::NotFoundError(
+      absl::StrCat("'", owner, "' object has no attribute '", part, "' (resolving '", path, "')"));
 }
 
 }  // namespace
@@ -204,17 +204,17 @@ absl::StatusOr<nlohmann::json> InspectPath(const torch::nn::Module& root, const 
       continue;
     }
     // A plain value (number, string, list): nothing further to resolve.
-    const char* type = value->is_string()    ? "str"
-                       : value->is_boolean() ? "bool"
-                       : value->is_number_integer()
-                           ? "int"
-                           : value->is_number() ? "float"
-                                                : value->is_null() ? "NoneType" : "list";
+    const char* type = value->is_string()           ? "str"
+                       : value->is_boolean()        ? "bool"
+                       : value->is_number_integer() ? "int"
+                       : value->is_number()         ? "float"
+                       : value->is_null()           ? "NoneType"
+                                                    : "list";
     return NoAttribute(type, part, path);
   }
   if (module != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' names a module (",
-                                                   PythonClassName(*module), "), not a value"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' names a module (", PythonClassName(*module), "), not a value"));
   }
   if (tensor.has_value()) return TensorValuesToJson(*tensor);
   return *std::move(value);

@@ -5,7 +5,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "core/feature_maps/feature_map_catalogue.h"
 #include "core/registry/param_spec.h"
 
 namespace performer {
@@ -23,36 +22,20 @@ absl::StatusOr<ParamItems> ItemsFromJson(const Json& kwargs, bool* strict) {
     const std::string& key = it.key();
     const Json& value = it.value();
     if (key == "strict") {
-      if (!value.is_null()) {
-        ParamValue flag;
-        ParamValueFromJsonScalar(nlohmann::json::parse(value.dump()), &flag);
-        absl::StatusOr<ParamValue> coerced = BoolSpec()->Get(flag);
-        if (!coerced.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("Invalid value ", value.dump(), " for 'strict'"));
-        }
-        if (strict != nullptr) *strict = coerced->as_bool();
-      }
+      // Python's `if strict:` truthiness (None and 0 are non-strict).
+      const nlohmann::json plain = nlohmann::json::parse(value.dump());
+      ParamValue flag;
+      const bool truthy = ParamValueFromJsonScalar(plain, &flag)
+                              ? BoolSpec()->Get(flag).value_or(ParamValue(true)).as_bool()
+                              : !plain.empty();
+      if (strict != nullptr) *strict = truthy;
       continue;
     }
     // The catalogue and the scalar conversion take plain (sorted) JSON.
-    const nlohmann::json plain = nlohmann::json::parse(value.dump());
-    ParamValue converted;
-    if (ParamValueFromJsonScalar(plain, &converted)) {
-      items.emplace_back(key, std::move(converted));
-    } else if (plain.is_object() && plain.contains("factory")) {
-      absl::StatusOr<NamedFeatureMapFactory> factory = FeatureMapFactoryFromJson(plain);
-      if (!factory.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("Invalid value ", plain.dump(),
-                                                       " for parameter '", key,
-                                                       "': ", factory.status().message()));
-      }
-      items.emplace_back(key, ParamValue(*std::move(factory)));
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Invalid value ", plain.dump(), " for parameter '", key,
-                       "': expected a scalar or a {\"factory\", \"kwargs\"} feature map"));
-    }
+    absl::StatusOr<ParamValue> converted =
+        AttentionParamFromJson(key, nlohmann::json::parse(value.dump()));
+    if (!converted.ok()) return converted.status();
+    items.emplace_back(key, *std::move(converted));
   }
   return items;
 }
@@ -87,15 +70,15 @@ absl::Status InvalidValue(const std::string& name, const ParamValue& value) {
 }
 
 absl::Status NoSuchAttribute(const std::string& owner, const std::string& name) {
-  return absl::NotFoundError(
-      absl::StrCat("'", owner, "' object has no attribute '", name, "'"));
+  return absl::NotFoundError(absl::StrCat("'", owner, "' object has no attribute '", name, "'"));
 }
 
 const std::set<std::string>& CommonProperties() {
-  static const auto* names = new std::set<std::string>{
-      "n_layers",          "n_heads", "feed_forward_dimensions", "query_dimensions",
-      "value_dimensions",  "model_dimensions", "dropout",           "activation",
-      "final_normalization", "event_dispatcher"};
+  static const auto* names =
+      new std::set<std::string>{"n_layers",         "n_heads",          "feed_forward_dimensions",
+                                "query_dimensions", "value_dimensions", "model_dimensions",
+                                "dropout",          "activation",       "final_normalization",
+                                "event_dispatcher"};
   return *names;
 }
 
@@ -151,8 +134,8 @@ absl::Status TransformerBuilderBase::Set(const std::string& name, const ParamVal
   }
   if (HasProperty(name)) {
     if (IsAttentionBuilderProperty(name)) {
-      return absl::NotFoundError(absl::StrCat("property '", name, "' of '", class_name(),
-                                              "' object has no setter"));
+      return absl::NotFoundError(
+          absl::StrCat("property '", name, "' of '", class_name(), "' object has no setter"));
     }
     absl::Status status = SetProperty(name, value);
     if (!status.ok()) return status;
@@ -171,8 +154,7 @@ absl::StatusOr<ParamValue> TransformerBuilderBase::Get(const std::string& name) 
     if (!IsAttentionBuilderProperty(owner)) {
       if (HasProperty(owner)) {
         return absl::NotFoundError(absl::StrCat("property '", owner, "' of '", class_name(),
-                                                "' has no attribute '", name.substr(dot + 1),
-                                                "'"));
+                                                "' has no attribute '", name.substr(dot + 1), "'"));
       }
       return NoSuchAttribute(class_name(), owner);
     }
@@ -186,15 +168,14 @@ absl::StatusOr<ParamValue> TransformerBuilderBase::Get(const std::string& name) 
   }
   if (!HasProperty(name)) return NoSuchAttribute(class_name(), name);
   if (IsAttentionBuilderProperty(name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", name, "' is an attention builder, not a value; read its parameters as '", name,
-        ".<parameter>'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' is an attention builder, not a value; read its parameters as '",
+                     name, ".<parameter>'"));
   }
   return GetProperty(name);
 }
 
-absl::Status TransformerBuilderBase::SetProperty(const std::string& name,
-                                                 const ParamValue& value) {
+absl::Status TransformerBuilderBase::SetProperty(const std::string& name, const ParamValue& value) {
   if (name == "n_layers" || name == "n_heads" || name == "feed_forward_dimensions" ||
       name == "query_dimensions" || name == "value_dimensions") {
     absl::StatusOr<int64_t> v = ToInt(name, value);
@@ -266,8 +247,7 @@ bool EncoderBuilderBase<A>::HasProperty(const std::string& name) const {
 }
 
 template <typename A>
-absl::Status EncoderBuilderBase<A>::SetProperty(const std::string& name,
-                                                const ParamValue& value) {
+absl::Status EncoderBuilderBase<A>::SetProperty(const std::string& name, const ParamValue& value) {
   if (name == "attention_type") {
     if (!value.is_string() || !attention_.ValidateAttentionType(value.as_string())) {
       return absl::InvalidArgumentError(
@@ -307,8 +287,8 @@ template class EncoderBuilderBase<RecurrentAttentionBuilder>;
 template <typename S, typename C>
 bool DecoderBuilderBase<S, C>::HasProperty(const std::string& name) const {
   static const auto* names = new std::set<std::string>{
-      "self_attention",         "cross_attention",        "self_attention_type",
-      "cross_attention_type",   "cross_n_heads",          "cross_query_dimensions",
+      "self_attention",         "cross_attention",       "self_attention_type",
+      "cross_attention_type",   "cross_n_heads",         "cross_query_dimensions",
       "cross_value_dimensions", "cross_model_dimensions"};
   return names->count(name) > 0 || TransformerBuilderBase::HasProperty(name);
 }
@@ -318,9 +298,9 @@ absl::Status DecoderBuilderBase<S, C>::SetProperty(const std::string& name,
                                                    const ParamValue& value) {
   if (name == "self_attention_type" || name == "cross_attention_type") {
     const bool self = name == "self_attention_type";
-    const bool valid = value.is_string() &&
-                       (self ? self_attention_.ValidateAttentionType(value.as_string())
-                             : cross_attention_.ValidateAttentionType(value.as_string()));
+    const bool valid =
+        value.is_string() && (self ? self_attention_.ValidateAttentionType(value.as_string())
+                                   : cross_attention_.ValidateAttentionType(value.as_string()));
     if (!valid) {
       return absl::InvalidArgumentError(
           absl::StrCat(value.Repr(), " is not an available attention type"));
@@ -375,16 +355,15 @@ template class DecoderBuilderBase<RecurrentAttentionBuilder, RecurrentCrossAtten
 // ---------------------------------------------------------------------------
 // Concrete builders: construction from dictionaries / JSON
 
-#define PERFORMER_DEFINE_BUILDER_FACTORIES(Builder)                                        \
-  absl::StatusOr<Builder> Builder::FromDictionary(const ParamItems& items, bool strict) {  \
-    return BuilderFromDictionary<Builder>(items, strict);                                  \
-  }                                                                                        \
-  absl::StatusOr<Builder> Builder::FromJson(const nlohmann::json& kwargs, bool strict) {   \
-    return BuilderFromJson<Builder>(kwargs, strict);                                       \
-  }                                                                                        \
-  absl::StatusOr<Builder> Builder::FromJson(const nlohmann::ordered_json& kwargs,          \
-                                            bool strict) {                                 \
-    return BuilderFromJson<Builder>(kwargs, strict);                                       \
+#define PERFORMER_DEFINE_BUILDER_FACTORIES(Builder)                                              \
+  absl::StatusOr<Builder> Builder::FromDictionary(const ParamItems& items, bool strict) {        \
+    return BuilderFromDictionary<Builder>(items, strict);                                        \
+  }                                                                                              \
+  absl::StatusOr<Builder> Builder::FromJson(const nlohmann::json& kwargs, bool strict) {         \
+    return BuilderFromJson<Builder>(kwargs, strict);                                             \
+  }                                                                                              \
+  absl::StatusOr<Builder> Builder::FromJson(const nlohmann::ordered_json& kwargs, bool strict) { \
+    return BuilderFromJson<Builder>(kwargs, strict);                                             \
   }
 
 PERFORMER_DEFINE_BUILDER_FACTORIES(TransformerEncoderBuilder)
@@ -473,8 +452,8 @@ absl::StatusOr<TransformerDecoderPtr> TransformerDecoderBuilder::Build() {
           *std::move(cross_inner), d_model, cross_n_heads(), cross_query_dimensions(),
           cross_value_dimensions(), cross_model_dimensions());
       layers.push_back(std::make_shared<TransformerDecoderLayerImpl>(
-          std::move(self_attention), std::move(cross_attention), d_model,
-          feed_forward_dimensions(), dropout(), activation()));
+          std::move(self_attention), std::move(cross_attention), d_model, feed_forward_dimensions(),
+          dropout(), activation()));
     }
     return std::make_shared<TransformerDecoderImpl>(std::move(layers),
                                                     FinalNorm(final_normalization(), d_model));
@@ -504,8 +483,8 @@ absl::StatusOr<RecurrentTransformerDecoderPtr> RecurrentDecoderBuilder::Build() 
           *std::move(cross_inner), d_model, cross_n_heads(), cross_query_dimensions(),
           cross_value_dimensions(), cross_model_dimensions());
       layers.push_back(std::make_shared<RecurrentTransformerDecoderLayerImpl>(
-          std::move(self_attention), std::move(cross_attention), d_model,
-          feed_forward_dimensions(), dropout(), activation()));
+          std::move(self_attention), std::move(cross_attention), d_model, feed_forward_dimensions(),
+          dropout(), activation()));
     }
     return std::make_shared<RecurrentTransformerDecoderImpl>(
         std::move(layers), FinalNorm(final_normalization(), d_model));

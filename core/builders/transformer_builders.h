@@ -74,8 +74,7 @@ using ParamItems = std::vector<std::pair<std::string, ParamValue>>;
 // JSON object -> ParamItems in the object's order. Scalars convert directly;
 // {"factory": <class>, "kwargs": {...}} becomes a feature-map factory. A
 // "strict" key is removed and stored in *strict when given (not null).
-absl::StatusOr<ParamItems> ParamItemsFromJson(const nlohmann::json& kwargs,
-                                              bool* strict = nullptr);
+absl::StatusOr<ParamItems> ParamItemsFromJson(const nlohmann::json& kwargs, bool* strict = nullptr);
 absl::StatusOr<ParamItems> ParamItemsFromJson(const nlohmann::ordered_json& kwargs,
                                               bool* strict = nullptr);
 

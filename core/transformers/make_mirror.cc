@@ -28,9 +28,9 @@ absl::Status MakeMirror(const torch::nn::Module& src, torch::nn::Module& dst) {
     }
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot mirror the parameters of ", src.name(), " into ", dst.name(), ": ",
-                     absl::StrJoin(problems, "; ")));
+    return absl::InvalidArgumentError(absl::StrCat("cannot mirror the parameters of ", src.name(),
+                                                   " into ", dst.name(), ": ",
+                                                   absl::StrJoin(problems, "; ")));
   }
   for (const auto& item : src_params) {
     // set_data swaps the storage under the existing handle, so every alias

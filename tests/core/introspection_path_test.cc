@@ -65,7 +65,8 @@ TEST(InspectPathTest, TensorsAndShapes) {
   EXPECT_EQ(Inspect(model, "norm.weight.ndim"), 1);
   // A tensor path gives the values.
   EXPECT_EQ(Inspect(model, "norm.weight"), nlohmann::json::array({1.0, 1.0, 1.0, 1.0, 1.0, 1.0}));
-  EXPECT_EQ(Inspect(model, "layers.1.omega"), nlohmann::json::array({{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}}));
+  EXPECT_EQ(Inspect(model, "layers.1.omega"),
+            nlohmann::json::array({{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}}));
 }
 
 TEST(InspectPathTest, AttributesKeepTheirTypes) {

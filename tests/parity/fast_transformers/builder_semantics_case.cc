@@ -95,13 +95,14 @@ absl::StatusOr<std::unique_ptr<ScenarioBuilder>> Wrap(absl::StatusOr<Builder> bu
 }
 
 absl::StatusOr<std::unique_ptr<ScenarioBuilder>> MakeBuilder(const std::string& cls,
-                                                             const ParamItems& items,
-                                                             bool strict) {
+                                                             const ParamItems& items, bool strict) {
   if (cls == "TransformerEncoderBuilder") {
-    return Wrap<TransformerScenarioBuilder>(TransformerEncoderBuilder::FromDictionary(items, strict));
+    return Wrap<TransformerScenarioBuilder>(
+        TransformerEncoderBuilder::FromDictionary(items, strict));
   }
   if (cls == "TransformerDecoderBuilder") {
-    return Wrap<TransformerScenarioBuilder>(TransformerDecoderBuilder::FromDictionary(items, strict));
+    return Wrap<TransformerScenarioBuilder>(
+        TransformerDecoderBuilder::FromDictionary(items, strict));
   }
   if (cls == "RecurrentEncoderBuilder") {
     return Wrap<TransformerScenarioBuilder>(RecurrentEncoderBuilder::FromDictionary(items, strict));
@@ -113,8 +114,7 @@ absl::StatusOr<std::unique_ptr<ScenarioBuilder>> MakeBuilder(const std::string& 
     return Wrap<AttentionScenarioBuilder>(AttentionBuilder::FromDictionary(items, strict));
   }
   if (cls == "RecurrentAttentionBuilder") {
-    return Wrap<AttentionScenarioBuilder>(
-        RecurrentAttentionBuilder::FromDictionary(items, strict));
+    return Wrap<AttentionScenarioBuilder>(RecurrentAttentionBuilder::FromDictionary(items, strict));
   }
   if (cls == "RecurrentCrossAttentionBuilder") {
     return Wrap<AttentionScenarioBuilder>(

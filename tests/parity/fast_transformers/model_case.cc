@@ -60,8 +60,7 @@ void Prepare(const FixtureCase& c, torch::nn::Module& model) {
 }
 
 // The expected final_state.layers.<i>.<rest> tensors by layer.
-std::map<int64_t, std::map<std::string, torch::Tensor>> ExpectedFinalStates(
-    const FixtureCase& c) {
+std::map<int64_t, std::map<std::string, torch::Tensor>> ExpectedFinalStates(const FixtureCase& c) {
   std::map<int64_t, std::map<std::string, torch::Tensor>> out;
   const std::string prefix = "final_state.layers.";
   for (const auto& [name, tensor] : c.expected) {
