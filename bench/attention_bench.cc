@@ -1,0 +1,73 @@
+// Full vs linear vs causal-linear attention as the sequence grows:
+// N=1, H=8, E=M=64, L = 256 ... 16384, CPU, float32, eval mode.
+//
+// Full attention materialises the (N,H,L,L) score matrix: O(L^2) time and
+// memory. Linear and causal-linear attention (elu feature map) are O(L).
+// Full attention is skipped above L=8192, where its score matrix and softmax
+// output alone would need 2 x 8.6 GB.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include "core/attention/attention_registries.h"
+#include "core/masks.h"
+#include "core/runtime/torch_runtime.h"
+
+namespace performer {
+namespace {
+
+constexpr int64_t kHeads = 8;
+constexpr int64_t kDims = 64;
+constexpr int64_t kMaxFullLength = 8192;
+
+void RunAttention(benchmark::State& state, const std::string& type, bool causal) {
+  const int64_t length = state.range(0);
+  if (type == "full" && length > kMaxFullLength) {
+    state.SkipWithError("full attention skipped above L=8192 (score matrix > 8 GB)");
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  ParamMap params;
+  if (type != "full") params["query_dimensions"] = ParamValue(kDims);
+  absl::StatusOr<AttentionPtr> attention = GlobalAttentionRegistry().Create(type, {}, params);
+  if (!attention.ok()) {
+    state.SkipWithError(std::string(attention.status().message()).c_str());
+    return;
+  }
+  (*attention)->eval();
+  torch::manual_seed(0);
+  torch::Tensor q = torch::randn({1, length, kHeads, kDims});
+  torch::Tensor k = torch::randn({1, length, kHeads, kDims});
+  torch::Tensor v = torch::randn({1, length, kHeads, kDims});
+  Mask attn_mask = causal ? Mask::TriangularCausal(length) : Mask::Full(length, length);
+  Mask lengths = Mask::Lengths(torch::full({1}, length, torch::kLong), length);
+  for (auto _ : state) {
+    torch::Tensor out = (*attention)->forward(q, k, v, attn_mask, lengths, lengths);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.counters["L"] = static_cast<double>(length);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(length), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_FullAttention(benchmark::State& state) { RunAttention(state, "full", false); }
+void BM_LinearAttention(benchmark::State& state) { RunAttention(state, "linear", false); }
+void BM_CausalLinearAttention(benchmark::State& state) {
+  RunAttention(state, "causal-linear", true);
+}
+
+#define PERFORMER_LENGTHS RangeMultiplier(4)->Range(256, 16384)->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_FullAttention)->PERFORMER_LENGTHS->Iterations(3);
+BENCHMARK(BM_LinearAttention)->PERFORMER_LENGTHS->Iterations(3);
+BENCHMARK(BM_CausalLinearAttention)->PERFORMER_LENGTHS->Iterations(3);
+
+}  // namespace
+}  // namespace performer
+
+int main(int argc, char** argv) {
+  performer::TorchRuntimeInfo info = performer::ConfigureTorchRuntime(0);
+  std::printf("%s\n", performer::DescribeTorchRuntime(info).c_str());
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
