@@ -2,8 +2,10 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -28,17 +30,21 @@ class TrackingCpuAllocator final : public c10::Allocator {
  public:
   explicit TrackingCpuAllocator(c10::Allocator* base) : base_(base) {}
 
-  // LibTorch 1.x/2.0-2.2 declare allocate() const, later versions non-const:
-  // defining both keeps one of them the override on every version.
-  c10::DataPtr allocate(size_t bytes) const { return Allocate(bytes); }
-  c10::DataPtr allocate(size_t bytes) { return Allocate(bytes); }
-
-  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
-
-  // Pure virtual in recent LibTorch versions; a plain member before.
+  // LibTorch 2.3 made allocate() non-const and copy_data() pure virtual.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t bytes) override { return Allocate(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t bytes) const override { return Allocate(bytes); }
+  // Overrides the pure virtual where an older version already has it.
   void copy_data(void* dest, const void* src, std::size_t count) const {
     std::memcpy(dest, src, count);
   }
+#endif
+
+  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
 
  private:
   struct Entry {
