@@ -10,6 +10,7 @@
 
 #include "core/attention/attention_registries.h"
 #include "core/masks.h"
+#include "bench/memory_tracker.h"
 #include "core/runtime/torch_runtime.h"
 
 namespace performer {
@@ -40,11 +41,16 @@ void RunAttention(benchmark::State& state, const std::string& type, bool causal)
   torch::Tensor v = torch::randn({1, length, kHeads, kDims});
   Mask attn_mask = causal ? Mask::TriangularCausal(length) : Mask::Full(length, length);
   Mask lengths = Mask::Lengths(torch::full({1}, length, torch::kLong), length);
+  int64_t peak = 0;
   for (auto _ : state) {
+    bench::PeakMemoryScope memory;
     torch::Tensor out = (*attention)->forward(q, k, v, attn_mask, lengths, lengths);
     benchmark::DoNotOptimize(out.data_ptr());
+    peak = std::max(peak, memory.PeakAboveStart());
   }
   state.counters["L"] = static_cast<double>(length);
+  // Extra CPU tensor memory of one forward call, output included.
+  state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(length), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -64,6 +70,7 @@ BENCHMARK(BM_CausalLinearAttention)->PERFORMER_LENGTHS->Iterations(3);
 }  // namespace performer
 
 int main(int argc, char** argv) {
+  performer::bench::CpuMemoryTracker::Install();
   performer::TorchRuntimeInfo info = performer::ConfigureTorchRuntime(0);
   std::printf("%s\n", performer::DescribeTorchRuntime(info).c_str());
   benchmark::Initialize(&argc, argv);
