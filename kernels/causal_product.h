@@ -2,10 +2,12 @@
 //
 //   out[n,h,l,:] = sum_{j <= l} (q[n,h,l,:] . k[n,h,j,:]) v[n,h,j,:]
 //
-// Q (N,H,L,E), K (N,H,L,E), V (N,H,L,M) -> (N,H,L,M), float32 (CPU). Computed
-// with a running E x M state, so memory does not grow with L x E x M.
-// Differentiable (autograd): the backward pass is O(L*E*M) as well.
-// This is the single entry point; it dispatches on the device of Q.
+// Q (N,H,L,E), K (N,H,L,E), V (N,H,L,M) -> (N,H,L,M), float32 or float64
+// (CPU; any strides). Computed with a running E x M state, so memory does not
+// grow with L x E x M. Differentiable (autograd): the backward pass is
+// O(L*E*M) as well (not twice differentiable). This is the single entry
+// point; it dispatches on the device of Q and fails with a c10::Error on a
+// device without a kernel (CUDA has none yet).
 #pragma once
 
 #include <torch/types.h>

@@ -8,7 +8,10 @@
 //       -> scores (N,H,L,c)
 //   LocalWeightedAverage(A (N,H,L,c), V (N,H,S,D)) -> (N,H,L,D): sum over the
 //       slots with 0 <= s < S of A[slot] * v_s.
-// Both differentiable (autograd); float32 on CPU.
+// Both differentiable (autograd) with respect to Q, K, A and V (not the mask
+// or the lengths); float32 or float64 on CPU, any strides; the mask is
+// converted to the dtype of Q and the lengths to int64. key_lengths[n] > S
+// counts as S. A device without a kernel (CUDA has none yet) is a c10::Error.
 #pragma once
 
 #include <torch/types.h>
