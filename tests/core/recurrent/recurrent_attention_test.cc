@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "core/attention/attention_registries.h"
+#include "core/feature_maps/feature_map_catalogue.h"
 #include "core/recurrent/recurrent_attention_layer.h"
 #include "core/recurrent/recurrent_full_attention.h"
 #include "core/recurrent/recurrent_linear_attention.h"
@@ -107,6 +108,38 @@ TEST(RecurrentLinearAttentionTest, MatchesCausalLinearAttentionWithStateLayout) 
   EXPECT_TENSOR_CLOSE(linear->normalizer, phi_k.sum(1).contiguous(), 1e-5, 1e-5);
   EXPECT_EQ(recurrent.class_name(), "RecurrentLinearAttention");
   EXPECT_DOUBLE_EQ(recurrent.attribute("eps")->as_float(), 1e-6);
+}
+
+TEST(RecurrentLinearAttentionTest, DefaultsToTheEluFeatureMap) {
+  Qkv x = RandomQkv(14);
+  RecurrentLinearAttentionImpl recurrent(kE);
+  EXPECT_EQ(recurrent.feature_map()->class_name(), "ActivationFunctionFeatureMap");
+  EXPECT_TRUE(torch::allclose(recurrent.feature_map()->forward(x.q), torch::elu(x.q) + 1));
+  RecurrentCrossLinearAttentionImpl cross(kE);
+  EXPECT_EQ(cross.feature_map()->class_name(), "ActivationFunctionFeatureMap");
+}
+
+TEST(RecurrentLinearAttentionTest, MatchesCausalLinearAttentionWithAFrozenFavorMap) {
+  // One sampled, frozen Favor map shared by the batch formula and the
+  // recurrent module: the recurrence must not resample it.
+  absl::StatusOr<NamedFeatureMapFactory> favor =
+      MakeFeatureMapFactory("Favor", nlohmann::json{{"n_dims", 16}});
+  ASSERT_TRUE(favor.ok()) << favor.status();
+  torch::manual_seed(15);
+  FeatureMapPtr map = favor->make(kE);
+  map->new_feature_map(torch::kCPU);
+  map->set_frozen(true);
+  const NamedFeatureMapFactory shared{"shared Favor", [map](int64_t) { return map; }};
+  Qkv x = RandomQkv(16);
+  RecurrentLinearAttentionImpl recurrent(kE, shared);
+  AttentionState state;
+  torch::Tensor out = RunSteps(recurrent, x, state);
+  ReferenceLinearAttention batch(map, /*causal=*/true);
+  torch::Tensor expected = batch.forward(x.q, x.k, x.v, Mask::TriangularCausal(kL),
+                                         Mask::Full(kN, kL), Mask::Full(kN, kL));
+  EXPECT_TENSOR_CLOSE(out, expected, 1e-5, 1e-4);
+  EXPECT_EQ(std::get<RecurrentLinearState>(state).kv.sizes(),
+            (std::vector<int64_t>{kN, kH, 16, kD}));
 }
 
 TEST(RecurrentLinearAttentionTest, ResamplesFeatureMapOnlyOnFirstStep) {
