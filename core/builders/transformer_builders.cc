@@ -116,6 +116,15 @@ absl::StatusOr<std::string> TransformerBuilderBase::ToString(const std::string& 
   return value.as_string();
 }
 
+absl::Status TransformerBuilderBase::NotAString(const ParamValue& value) {
+  const char* type = value.is_none()    ? "NoneType"
+                     : value.is_bool()  ? "bool"
+                     : value.is_int()   ? "int"
+                     : value.is_float() ? "float"
+                                        : "function";
+  return absl::NotFoundError(absl::StrCat("'", type, "' object has no attribute 'split'"));
+}
+
 bool TransformerBuilderBase::HasProperty(const std::string& name) const {
   return CommonProperties().count(name) > 0;
 }
@@ -249,7 +258,8 @@ bool EncoderBuilderBase<A>::HasProperty(const std::string& name) const {
 template <typename A>
 absl::Status EncoderBuilderBase<A>::SetProperty(const std::string& name, const ParamValue& value) {
   if (name == "attention_type") {
-    if (!value.is_string() || !attention_.ValidateAttentionType(value.as_string())) {
+    if (!value.is_string()) return NotAString(value);
+    if (!attention_.ValidateAttentionType(value.as_string())) {
       return absl::InvalidArgumentError(
           absl::StrCat(value.Repr(), " is not an available attention type"));
     }

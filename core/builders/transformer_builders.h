@@ -10,14 +10,17 @@
 //   feed_forward_dimensions  1024                 d_ff of every layer
 //   query_dimensions         64                   per-head d_keys
 //   value_dimensions         64                   per-head d_values
-//   model_dimensions         None -> value_dimensions * n_heads
+//   model_dimensions         None (or 0) -> value_dimensions * n_heads
 //   dropout                  0.1                  layer dropout
 //   activation               "relu"               "relu" or "gelu"
 //   final_normalization      true                 stored as Python bool(value)
 //   event_dispatcher         ""                   copied into the attention builder(s) by Build()
 //   encoders:  attention_type "full"              validated against the attention builder
+//              ("'x' is not an available attention type"; decoders say "self
+//              attention type" / "cross attention type"; a non-string value is
+//              the AttributeError "'int' object has no attribute 'split'")
 //   decoders:  self_attention_type "full", cross_attention_type "full",
-//              cross_n_heads None -> n_heads,
+//              cross_n_heads None -> n_heads (all cross_* also treat 0 as None),
 //              cross_query_dimensions None -> query_dimensions,
 //              cross_value_dimensions None -> value_dimensions,
 //              cross_model_dimensions None -> cross_n_heads * cross_value_dimensions
@@ -99,9 +102,7 @@ class TransformerBuilderBase {
   int64_t feed_forward_dimensions() const { return feed_forward_dimensions_; }
   int64_t query_dimensions() const { return query_dimensions_; }
   int64_t value_dimensions() const { return value_dimensions_; }
-  int64_t model_dimensions() const {
-    return model_dimensions_.value_or(value_dimensions_ * n_heads_);
-  }
+  int64_t model_dimensions() const { return Or(model_dimensions_, value_dimensions_ * n_heads_); }
   double dropout() const { return dropout_; }
   const std::string& activation() const { return activation_; }
   bool final_normalization() const { return final_normalization_; }
@@ -124,9 +125,13 @@ class TransformerBuilderBase {
   static absl::StatusOr<std::optional<int64_t>> ToOptionalInt(const std::string& name,
                                                               const ParamValue& value);
   static absl::StatusOr<std::string> ToString(const std::string& name, const ParamValue& value);
-  static ParamValue FromOptionalInt(const std::optional<int64_t>& value) {
-    return value.has_value() ? ParamValue(*value) : ParamValue();
+  // Python's `value or fallback`: unset and 0 both give the fallback.
+  static int64_t Or(const std::optional<int64_t>& value, int64_t fallback) {
+    return value.value_or(0) != 0 ? *value : fallback;
   }
+  // The message of the AttributeError Python raises when a property setter
+  // calls `value.split` on a value that is not a string.
+  static absl::Status NotAString(const ParamValue& value);
 
  private:
   int64_t n_layers_ = 4;
@@ -177,15 +182,11 @@ class DecoderBuilderBase : public TransformerBuilderBase {
   CrossBuilderT& cross_attention() { return cross_attention_; }
   const std::string& self_attention_type() const { return self_attention_type_; }
   const std::string& cross_attention_type() const { return cross_attention_type_; }
-  int64_t cross_n_heads() const { return cross_n_heads_.value_or(n_heads()); }
-  int64_t cross_query_dimensions() const {
-    return cross_query_dimensions_.value_or(query_dimensions());
-  }
-  int64_t cross_value_dimensions() const {
-    return cross_value_dimensions_.value_or(value_dimensions());
-  }
+  int64_t cross_n_heads() const { return Or(cross_n_heads_, n_heads()); }
+  int64_t cross_query_dimensions() const { return Or(cross_query_dimensions_, query_dimensions()); }
+  int64_t cross_value_dimensions() const { return Or(cross_value_dimensions_, value_dimensions()); }
   int64_t cross_model_dimensions() const {
-    return cross_model_dimensions_.value_or(cross_n_heads() * cross_value_dimensions());
+    return Or(cross_model_dimensions_, cross_n_heads() * cross_value_dimensions());
   }
 
   bool HasProperty(const std::string& name) const override;

@@ -86,6 +86,11 @@ TEST(TransformerBuildersTest, DecoderDerivedDimensionsFollowTheirSources) {
   ExpectValue(b, "model_dimensions", int64_t{20});
   ASSERT_TRUE(b.Set("model_dimensions", ParamValue()).ok());
   ExpectValue(b, "model_dimensions", int64_t{32});
+  // Python's `value or default`: 0 also means "derive it".
+  ASSERT_TRUE(b.Set("model_dimensions", 0).ok());
+  ExpectValue(b, "model_dimensions", int64_t{32});
+  ASSERT_TRUE(b.Set("cross_value_dimensions", 0).ok());
+  ExpectValue(b, "cross_value_dimensions", int64_t{8});
 }
 
 TEST(TransformerBuildersTest, PropertiesAlsoTryTheAttentionBuilder) {
@@ -151,7 +156,18 @@ TEST(TransformerBuildersTest, ValidationMessages) {
   EXPECT_TRUE(r.Set("attention_type", "causal-linear").ok());
   TransformerDecoderBuilder d;
   EXPECT_EQ(d.Set("cross_attention_type", "nope").message(),
-            "'nope' is not an available attention type");
+            "'nope' is not an available cross attention type");
+  EXPECT_EQ(d.Set("self_attention_type", "nope").message(),
+            "'nope' is not an available self attention type");
+  // Python calls value.split(): a non-string is an AttributeError, so
+  // from_dictionary reports an unknown parameter.
+  s = b.Set("attention_type", 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "'int' object has no attribute 'split'");
+  EXPECT_EQ(TransformerEncoderBuilder::FromDictionary({{"attention_type", ParamValue()}})
+                .status()
+                .message(),
+            "The builder has no parameter 'attention_type'");
   RecurrentDecoderBuilder rd;
   // The recurrent cross registry has no causal-linear.
   EXPECT_FALSE(rd.Set("cross_attention_type", "causal-linear").ok());
