@@ -312,8 +312,8 @@ absl::Status DecoderBuilderBase<S, C>::SetProperty(const std::string& name,
         value.is_string() && (self ? self_attention_.ValidateAttentionType(value.as_string())
                                    : cross_attention_.ValidateAttentionType(value.as_string()));
     if (!valid) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(value.Repr(), " is not an available attention type"));
+      return absl::InvalidArgumentError(absl::StrCat(value.Repr(), " is not an available ",
+                                                     self ? "self" : "cross", " attention type"));
     }
     (self ? self_attention_type_ : cross_attention_type_) = value.as_string();
     return absl::OkStatus();

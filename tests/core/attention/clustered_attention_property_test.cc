@@ -14,7 +14,7 @@
 namespace performer {
 namespace {
 
-using testing::FullLengths;
+using testing::AllKeptLengths;
 using testing::KeepFirst;
 using testing::MaxAbsDiff;
 using testing::ReferenceSoftmaxAttention;
@@ -71,7 +71,7 @@ TEST(ClusteredAttentionProperty, P_C2_IdenticalQueriesGiveFullAttentionForAnyClu
   torch::Tensor v = torch::randn({N, S, H, D});
   torch::Tensor k_lengths = torch::tensor({int64_t{5}, S});
   for (int64_t clusters : {1, 3, 10}) {
-    torch::Tensor out = MakeClustered(clusters)->forward(q, k, v, Mask::Full(L, S), FullLengths(L),
+    torch::Tensor out = MakeClustered(clusters)->forward(q, k, v, Mask::Full(L, S), AllKeptLengths(L),
                                                          Mask::Lengths(k_lengths, S));
     torch::Tensor expected =
         ReferenceSoftmaxAttention(q, k, v, 1.0 / std::sqrt(double{E}), KeepFirst(k_lengths, S));
@@ -87,7 +87,7 @@ TEST(ClusteredAttentionProperty, P_C3_AtMostClustersDistinctRows) {
   torch::Tensor v = torch::randn({N, S, H, D});
   for (int64_t clusters : {1, 2, 3}) {
     torch::Tensor out = MakeClustered(clusters)->forward(q, k, v, Mask::Full(length, S),
-                                                         FullLengths(length), FullLengths(S));
+                                                         AllKeptLengths(length), AllKeptLengths(S));
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t h = 0; h < H; ++h) {
         torch::Tensor rows = out[n].select(1, h);  // (L, D)
@@ -109,7 +109,7 @@ TEST(ClusteredAttentionProperty, P_C4_PaddedKeysGetZeroWeightAndRowsAreConvex) {
   auto attention = MakeClustered(3);
   auto run = [&](const torch::Tensor& values) {
     torch::manual_seed(42);  // Same hyperplanes and centroids in both runs.
-    return attention->forward(q, k, values, Mask::Full(L, S), FullLengths(L),
+    return attention->forward(q, k, values, Mask::Full(L, S), AllKeptLengths(L),
                               Mask::Lengths(k_lengths, S));
   };
   torch::Tensor out = run(v);
@@ -126,8 +126,8 @@ TEST(ClusteredAttentionProperty, P_C5_RejectsBadMasksAndTooManyClusters) {
   torch::Tensor q = torch::randn({N, L, H, E});
   torch::Tensor k = torch::randn({N, S, H, E});
   torch::Tensor v = torch::randn({N, S, H, D});
-  Mask full_q = FullLengths(L);
-  Mask full_k = FullLengths(S);
+  Mask full_q = AllKeptLengths(L);
+  Mask full_k = AllKeptLengths(S);
   torch::Tensor triangle = torch::ones({L, S}, torch::kBool).tril();
   EXPECT_THROW(MakeClustered(2)->forward(q, k, v, *Mask::FromBool(triangle), full_q, full_k),
                c10::Error);
@@ -137,7 +137,7 @@ TEST(ClusteredAttentionProperty, P_C5_RejectsBadMasksAndTooManyClusters) {
   holes[0][3] = false;  // not a run of kept positions
   EXPECT_THROW(MakeClustered(2)->forward(q, k, v, Mask::Full(L, S), *Mask::FromBool(holes), full_k),
                c10::Error);
-  EXPECT_THROW(MakeClustered(2)->forward(q, k, v, Mask::Full(L, S), FullLengths(S), full_k),
+  EXPECT_THROW(MakeClustered(2)->forward(q, k, v, Mask::Full(L, S), AllKeptLengths(S), full_k),
                c10::Error);  // query_lengths must be N x L
   EXPECT_THROW(MakeClustered(0), c10::Error);
   EXPECT_THROW(MakeClustered(2, 64), c10::Error);

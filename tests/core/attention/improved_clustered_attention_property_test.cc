@@ -14,7 +14,7 @@
 namespace performer {
 namespace {
 
-using testing::FullLengths;
+using testing::AllKeptLengths;
 using testing::KeepFirst;
 using testing::MaxAbsDiff;
 using testing::ReferenceSoftmaxAttention;
@@ -50,7 +50,7 @@ TEST(ImprovedClusteredAttentionProperty, P_IC1_TopkCoveringAllKeysIsFullAttentio
   for (int64_t clusters : {1, 3, 10}) {
     torch::Tensor out =
         MakeImproved(clusters, 32)
-            ->forward(x.q, x.k, x.v, Mask::Full(L, S), FullLengths(L), FullLengths(S));
+            ->forward(x.q, x.k, x.v, Mask::Full(L, S), AllKeptLengths(L), AllKeptLengths(S));
     EXPECT_LE(MaxAbsDiff(out, expected), kTolerance) << "clusters = " << clusters;
     // The bottom part carries no mass, so gradients are those of full attention.
     torch::Tensor w = torch::randn({N, L, H, D});
@@ -68,7 +68,7 @@ TEST(ImprovedClusteredAttentionProperty, P_IC2_PaddedQueriesGetZeroValidRowsStay
   Inputs x = RandomInputs();
   torch::Tensor q_lengths = torch::tensor({int64_t{4}, L});
   torch::Tensor out = MakeImproved(3, 32)->forward(x.q, x.k, x.v, Mask::Full(L, S),
-                                                   Mask::Lengths(q_lengths, L), FullLengths(S));
+                                                   Mask::Lengths(q_lengths, L), AllKeptLengths(S));
   EXPECT_TRUE(out[0].narrow(0, 4, L - 4).eq(0).all().item<bool>());
   torch::Tensor expected = ReferenceSoftmaxAttention(x.q, x.k, x.v, 1.0 / std::sqrt(double{E}));
   EXPECT_LE(MaxAbsDiff(out[0].narrow(0, 0, 4), expected[0].narrow(0, 0, 4)), kTolerance);
@@ -107,7 +107,7 @@ TEST(ImprovedClusteredAttentionProperty, P_IC4_SmallTopkRowsAreConvexAndIgnorePa
   auto attention = MakeImproved(3, 3);
   auto run = [&](const torch::Tensor& values) {
     torch::manual_seed(42);
-    return attention->forward(x.q, x.k, values, Mask::Full(L, keys), FullLengths(L),
+    return attention->forward(x.q, x.k, values, Mask::Full(L, keys), AllKeptLengths(L),
                               Mask::Lengths(k_lengths, keys));
   };
   torch::Tensor out = run(x.v);
@@ -145,11 +145,11 @@ TEST(ImprovedClusteredAttentionProperty, RejectsBadMasksAndIsDifferentiable) {
   torch::manual_seed(5);
   Inputs x = RandomInputs(S, /*requires_grad=*/true);
   torch::Tensor triangle = torch::ones({L, S}, torch::kBool).tril();
-  EXPECT_THROW(MakeImproved(2, 3)->forward(x.q, x.k, x.v, *Mask::FromBool(triangle), FullLengths(L),
-                                           FullLengths(S)),
+  EXPECT_THROW(MakeImproved(2, 3)->forward(x.q, x.k, x.v, *Mask::FromBool(triangle), AllKeptLengths(L),
+                                           AllKeptLengths(S)),
                c10::Error);
-  EXPECT_THROW(MakeImproved(L + 1, 3)->forward(x.q, x.k, x.v, Mask::Full(L, S), FullLengths(L),
-                                               FullLengths(S)),
+  EXPECT_THROW(MakeImproved(L + 1, 3)->forward(x.q, x.k, x.v, Mask::Full(L, S), AllKeptLengths(L),
+                                               AllKeptLengths(S)),
                c10::Error);
   EXPECT_THROW(MakeImproved(2, -1), c10::Error);
   torch::Tensor out = MakeImproved(3, 3)->forward(x.q, x.k, x.v, Mask::Full(L, S),

@@ -11,7 +11,7 @@
 namespace performer {
 namespace {
 
-using testing::FullLengths;
+using testing::AllKeptLengths;
 using testing::KeepFirst;
 using testing::MaxAbsDiff;
 using testing::ReferenceSoftmaxAttention;
@@ -41,7 +41,7 @@ TEST(ImprovedClusteredCausalAttentionProperty, P_CIC1_TopkCoveringAllKeysIsCausa
     for (int64_t topk : {L, int64_t{32}}) {
       torch::Tensor out =
           MakeCausal(clusters, topk)
-              ->forward(q, k, v, Mask::TriangularCausal(L), FullLengths(L), FullLengths(L));
+              ->forward(q, k, v, Mask::TriangularCausal(L), AllKeptLengths(L), AllKeptLengths(L));
       EXPECT_LE(MaxAbsDiff(out, expected), kTolerance)
           << "clusters = " << clusters << ", topk = " << topk;
       torch::Tensor w = torch::randn({N, L, H, D});
@@ -63,8 +63,8 @@ TEST(ImprovedClusteredCausalAttentionProperty, P_CIC2_OutputIgnoresFutureValues)
   auto attention = MakeCausal(3, 3);
   auto run = [&](const torch::Tensor& values) {
     torch::manual_seed(42);  // Same clustering and top-k lists in every run.
-    return attention->forward(q, k, values, Mask::TriangularCausal(L), FullLengths(L),
-                              FullLengths(L));
+    return attention->forward(q, k, values, Mask::TriangularCausal(L), AllKeptLengths(L),
+                              AllKeptLengths(L));
   };
   torch::Tensor out = run(v);
   for (int64_t l : {0, 3, 7, 10}) {
@@ -81,15 +81,15 @@ TEST(ImprovedClusteredCausalAttentionProperty, P_CIC3_RejectsNonCausalMasks) {
   torch::Tensor k = torch::randn({N, L, H, E});
   torch::Tensor v = torch::randn({N, L, H, D});
   auto attention = MakeCausal(2, 4);
-  EXPECT_THROW(attention->forward(q, k, v, Mask::Full(L, L), FullLengths(L), FullLengths(L)),
+  EXPECT_THROW(attention->forward(q, k, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L)),
                c10::Error);
   torch::Tensor upper = torch::ones({L, L}, torch::kBool).triu();
-  EXPECT_THROW(attention->forward(q, k, v, *Mask::FromBool(upper), FullLengths(L), FullLengths(L)),
+  EXPECT_THROW(attention->forward(q, k, v, *Mask::FromBool(upper), AllKeptLengths(L), AllKeptLengths(L)),
                c10::Error);
   // A FullMask holding the lower-triangular matrix is accepted (lower_triangular).
   torch::Tensor lower = torch::ones({L, L}, torch::kBool).tril();
   EXPECT_NO_THROW(
-      attention->forward(q, k, v, *Mask::FromBool(lower), FullLengths(L), FullLengths(L)));
+      attention->forward(q, k, v, *Mask::FromBool(lower), AllKeptLengths(L), AllKeptLengths(L)));
 }
 
 TEST(ImprovedClusteredCausalAttentionProperty, PaddingAndKeyLengthsDifferentiable) {

@@ -12,7 +12,7 @@
 namespace performer {
 namespace {
 
-using testing::FullLengths;
+using testing::AllKeptLengths;
 using testing::KeepFirst;
 using testing::MaxAbsDiff;
 using testing::ReferenceSoftmaxAttention;
@@ -52,7 +52,7 @@ TEST(ReformerAttentionProperty, P_R1_SingleChunkIsFullAttentionOverNormalizedQue
     for (auto [bits, rounds] : {std::pair<int64_t, int64_t>{1, 1}, {4, 3}, {63, 2}}) {
       torch::Tensor out =
           MakeReformer(L, bits, rounds)
-              ->forward(q, unused_keys, v, Mask::Full(L, L), FullLengths(L), key_lengths);
+              ->forward(q, unused_keys, v, Mask::Full(L, L), AllKeptLengths(L), key_lengths);
       EXPECT_LE(MaxAbsDiff(out, expected), kTolerance)
           << "bits = " << bits << ", rounds = " << rounds << ", lengths = " << with_lengths;
       torch::Tensor w = torch::randn({N, L, H, E});
@@ -72,7 +72,7 @@ TEST(ReformerAttentionProperty, P_R1_SingleChunkWithAttentionMask) {
   torch::Tensor lengths = torch::tensor({L, int64_t{9}});
   torch::Tensor causal = torch::ones({L, L}, torch::kBool).tril();
   torch::Tensor out = MakeReformer(L, 5, 2)->forward(q, q, v, Mask::TriangularCausal(L),
-                                                     FullLengths(L), Mask::Lengths(lengths, L));
+                                                     AllKeptLengths(L), Mask::Lengths(lengths, L));
   torch::Tensor expected = ReferenceSoftmaxAttention(
       q, Normalized(q), v, 1.0 / std::sqrt(double{E}), KeepFirst(lengths, L), causal);
   EXPECT_LE(MaxAbsDiff(out, expected), kTolerance);
@@ -85,7 +85,7 @@ TEST(ReformerAttentionProperty, P_R2_KeysArgumentIsIgnored) {
   auto attention = MakeReformer(4, 3, 2);
   auto run = [&](const torch::Tensor& keys) {
     torch::manual_seed(42);
-    return attention->forward(q, keys, v, Mask::Full(L, L), FullLengths(L), FullLengths(L));
+    return attention->forward(q, keys, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
   };
   EXPECT_TRUE(torch::equal(run(torch::randn({N, L, H, E})), run(torch::randn({N, 5, H, 2}))));
 }
@@ -95,7 +95,7 @@ TEST(ReformerAttentionProperty, P_R3_MaskedSingleChunkRemovesTheDiagonal) {
   torch::Tensor q = torch::randn({N, L, H, E});
   torch::Tensor v = torch::randn({N, L, H, E});
   torch::Tensor out = MakeReformer(L, 6, 3, /*masked=*/true)
-                          ->forward(q, q, v, Mask::Full(L, L), FullLengths(L), FullLengths(L));
+                          ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
   torch::Tensor off_diagonal = torch::eye(L).logical_not();
   torch::Tensor expected =
       ReferenceSoftmaxAttention(q, Normalized(q), v, 1.0 / std::sqrt(double{E}), {}, off_diagonal);
@@ -113,7 +113,7 @@ TEST(ReformerAttentionProperty, P_R4_ValidRowsIgnorePaddedValues) {
     auto attention = MakeReformer(4, 2, 3, masked);
     auto run = [&](const torch::Tensor& values) {
       torch::manual_seed(42);
-      return attention->forward(q, q, values, Mask::Full(L, L), FullLengths(L),
+      return attention->forward(q, q, values, Mask::Full(L, L), AllKeptLengths(L),
                                 Mask::Lengths(lengths, L));
     };
     torch::Tensor valid = keep.to(torch::kFloat);
@@ -128,7 +128,7 @@ TEST(ReformerAttentionProperty, P_R5_RowsAreConvexCombinationsOfValues) {
   const double inf = std::numeric_limits<double>::infinity();
   for (int64_t chunk : {2, 4, 8}) {
     torch::Tensor out = MakeReformer(chunk, 3, 4)
-                            ->forward(q, q, v, Mask::Full(L, L), FullLengths(L), FullLengths(L));
+                            ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
     EXPECT_TRUE(out.ge(v.amin(1, true) - kTolerance).all().item<bool>());
     EXPECT_TRUE(out.le(v.amax(1, true) + kTolerance).all().item<bool>());
     // With key lengths, the valid rows combine valid values only.
@@ -136,7 +136,7 @@ TEST(ReformerAttentionProperty, P_R5_RowsAreConvexCombinationsOfValues) {
     torch::Tensor keep = KeepFirst(lengths, L).view({N, L, 1, 1});
     torch::Tensor masked_out =
         MakeReformer(chunk, 3, 4)
-            ->forward(q, q, v, Mask::Full(L, L), FullLengths(L), Mask::Lengths(lengths, L));
+            ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), Mask::Lengths(lengths, L));
     torch::Tensor low = v.masked_fill(keep.logical_not(), inf).amin(1, true);
     torch::Tensor high = v.masked_fill(keep.logical_not(), -inf).amax(1, true);
     EXPECT_TRUE(masked_out.ge(low - kTolerance).logical_or(keep.logical_not()).all().item<bool>());
@@ -147,15 +147,15 @@ TEST(ReformerAttentionProperty, P_R5_RowsAreConvexCombinationsOfValues) {
 TEST(ReformerAttentionProperty, P_R6_RejectsUnsupportedShapes) {
   torch::Tensor q = torch::randn({N, L, H, E});
   auto attention = MakeReformer(5, 2, 1);  // 16 % 5 != 0
-  EXPECT_THROW(attention->forward(q, q, q, Mask::Full(L, L), FullLengths(L), FullLengths(L)),
+  EXPECT_THROW(attention->forward(q, q, q, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L)),
                c10::Error);
   auto fits = MakeReformer(4, 2, 1);
   torch::Tensor wide_values = torch::randn({N, L, H, E + 1});  // D != E
-  EXPECT_THROW(fits->forward(q, q, wide_values, Mask::Full(L, L), FullLengths(L), FullLengths(L)),
+  EXPECT_THROW(fits->forward(q, q, wide_values, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L)),
                c10::Error);
   torch::Tensor long_values = torch::randn({N, L + 4, H, E});  // S != L
   EXPECT_THROW(
-      fits->forward(q, q, long_values, Mask::Full(L, L + 4), FullLengths(L), FullLengths(L + 4)),
+      fits->forward(q, q, long_values, Mask::Full(L, L + 4), AllKeptLengths(L), AllKeptLengths(L + 4)),
       c10::Error);
   EXPECT_THROW(MakeReformer(0, 2, 1), c10::Error);
   EXPECT_THROW(MakeReformer(4, 2, 0), c10::Error);
@@ -167,7 +167,7 @@ TEST(ReformerAttentionProperty, MultiChunkIsDifferentiableAndFinite) {
   torch::Tensor k = torch::randn({N, L, H, E}, torch::requires_grad());
   torch::Tensor v = torch::randn({N, L, H, E}, torch::requires_grad());
   torch::Tensor out = MakeReformer(4, 63, 4, /*masked=*/true)
-                          ->forward(q, k, v, Mask::Full(L, L), FullLengths(L),
+                          ->forward(q, k, v, Mask::Full(L, L), AllKeptLengths(L),
                                     Mask::Lengths(torch::tensor({L, int64_t{6}}), L));
   EXPECT_TRUE(out.isfinite().all().item<bool>());
   out.pow(2).sum().backward();

@@ -38,7 +38,7 @@ inline torch::Tensor KeepFirst(const torch::Tensor& lengths, int64_t m) {
 }
 
 // A length mask keeping all `length` positions of each of the N samples.
-inline Mask FullLengths(int64_t length, int64_t batch = 2) {
+inline Mask AllKeptLengths(int64_t length, int64_t batch = 2) {
   return Mask::Lengths(torch::full({batch}, length, torch::kInt64), length);
 }
 

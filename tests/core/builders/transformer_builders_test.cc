@@ -35,7 +35,7 @@ KeyShapes StateDictKeys(const torch::nn::Module& module) {
   return out;
 }
 
-std::vector<std::string> Names(const KeyShapes& keys) {
+[[maybe_unused]] std::vector<std::string> Names(const KeyShapes& keys) {
   std::vector<std::string> names;
   for (const auto& k : keys) names.push_back(k.first);
   return names;
@@ -381,7 +381,10 @@ TEST(TransformerBuildersTest, LinearAttentionNeedsExplicitQueryDimensions) {
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.status().message(), "Invalid value None for parameter 'query_dimensions'");
 
-  b = TransformerEncoderBuilder::FromDictionary({{"attention_type", "full,linear"}});
+  // With query_dimensions set every name of the stage builds, and the
+  // top-level stage then holds two modules.
+  b = TransformerEncoderBuilder::FromDictionary(
+      {{"attention_type", "full,linear"}, {"query_dimensions", int64_t{8}}});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->Build().status().message(), "Invalid attention_type argument 'full,linear'");
   b = TransformerEncoderBuilder::FromDictionary({{"attention_type", "conditional-full"}});

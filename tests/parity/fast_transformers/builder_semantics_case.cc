@@ -14,6 +14,9 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/builders/attention_builder.h"
@@ -36,6 +39,21 @@ class ScenarioBuilder {
   virtual absl::StatusOr<std::shared_ptr<torch::nn::Module>> Build(const Json& get) = 0;
 };
 
+// "<attention builder>.available_attentions" of a transformer builder.
+template <typename A>
+std::optional<std::vector<std::string>> AvailableAttentions(const EncoderBuilderBase<A>& builder,
+                                                            const std::string& owner) {
+  if (owner == "attention") return builder.attention().available_attentions();
+  return std::nullopt;
+}
+template <typename S, typename C>
+std::optional<std::vector<std::string>> AvailableAttentions(const DecoderBuilderBase<S, C>& builder,
+                                                            const std::string& owner) {
+  if (owner == "self_attention") return builder.self_attention().available_attentions();
+  if (owner == "cross_attention") return builder.cross_attention().available_attentions();
+  return std::nullopt;
+}
+
 template <typename Builder>
 class TransformerScenarioBuilder final : public ScenarioBuilder {
  public:
@@ -44,6 +62,13 @@ class TransformerScenarioBuilder final : public ScenarioBuilder {
     return builder_.Set(name, value);
   }
   absl::StatusOr<nlohmann::json> Read(const std::string& name) const override {
+    const std::string suffix = ".available_attentions";
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (auto names = AvailableAttentions(builder_, name.substr(0, name.size() - suffix.size()))) {
+        return nlohmann::json(*names);
+      }
+    }
     absl::StatusOr<ParamValue> v = builder_.Get(name);
     if (!v.ok()) return v.status();
     return ParamValueToJson(*v);
