@@ -19,7 +19,8 @@ namespace {
 void RunCase(const std::string& family, const std::string& name) {
   absl::StatusOr<FixtureCase> c = LoadCase(family, name);
   ASSERT_TRUE(c.ok()) << c.status();
-  const std::string kind = c->spec.value("kind", "");
+  // fast-transformers cases name their kind; performer-pytorch cases their model_class.
+  const std::string kind = c->spec.value("kind", c->spec.value("model_class", ""));
   auto it = CaseRunners().find(family + "/" + kind);
   ASSERT_TRUE(it != CaseRunners().end()) << "fixture " << family << "/" << name << " has kind '"
                                          << kind << "' which this port cannot run";
@@ -46,6 +47,7 @@ std::string CaseName(const ::testing::TestParamInfo<std::string>& info) {
   }
 
 PERFORMER_FAMILY_SUITE(FastTransformersParity, "fast_transformers")
+PERFORMER_FAMILY_SUITE(PerformerParity, "performer")
 
 }  // namespace
 }  // namespace performer::testing

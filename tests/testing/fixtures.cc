@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +76,17 @@ absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::strin
   if (absl::Status s = load("inputs.safetensors", &c.inputs, false); !s.ok()) return s;
   if (absl::Status s = load("params.safetensors", &c.params, false); !s.ok()) return s;
   if (absl::Status s = load("expected.safetensors", &c.expected, false); !s.ok()) return s;
+  // performer-pytorch cases keep inputs and outputs in one io.safetensors;
+  // case.json "inputs" names the inputs.
+  std::map<std::string, torch::Tensor> io;
+  if (absl::Status s = load("io.safetensors", &io, false); !s.ok()) return s;
+  std::set<std::string> input_names;
+  if (c.spec.contains("inputs") && c.spec["inputs"].is_array()) {
+    for (const auto& n : c.spec["inputs"]) {
+      if (n.is_string()) input_names.insert(n.get<std::string>());
+    }
+  }
+  for (auto& [name, tensor] : io) (input_names.count(name) ? c.inputs : c.expected)[name] = tensor;
   return c;
 }
 

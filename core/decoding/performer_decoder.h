@@ -1,0 +1,53 @@
+// SequenceDecoder for PerformerLM (causal) and PerformerEncDec, using the
+// recurrent form of linear attention (reference §9.1): each sequence's state
+// lives in one row of a preallocated pool (one tensor per state kind and
+// layer, first dimension = slot). Active slots are kept compact (a release
+// moves the last active row into the hole), so a step over the active
+// sequences runs on views of a contiguous range of rows: a few large tensor
+// operations, no gather. Any other subset is gathered and scattered back.
+//
+// Softmax-kernel layers keep a running key maximum and rescale their sums
+// exactly when it grows; the cached lower-layer outputs of earlier positions
+// are not recomputed, so logits may differ from the reference's full
+// re-forward by up to ~4e-4 (reference §9.1).
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/decoding/sequence_decoder.h"
+#include "core/models/model_folder.h"
+
+namespace performer::decoding {
+
+class PerformerDecoder : public SequenceDecoder {
+ public:
+  // FailedPrecondition for a non-causal PerformerLM or a FastAttention folder.
+  static absl::StatusOr<std::unique_ptr<PerformerDecoder>> Create(models::LoadedModel model,
+                                                                  int64_t capacity);
+
+  const DecoderInfo& info() const override { return info_; }
+  absl::StatusOr<SequenceId> Create() override;
+  absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) override;
+  absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
+                                     const std::vector<int64_t>& tokens) override;
+  absl::Status Release(SequenceId id) override;
+  absl::StatusOr<int64_t> Position(SequenceId id) const override;
+  int64_t active() const override { return static_cast<int64_t>(slot_owner_.size()); }
+
+ private:
+  PerformerDecoder(models::LoadedModel model, int64_t capacity);
+  absl::StatusOr<int64_t> SlotOf(SequenceId id) const;
+
+  models::LoadedModel model_;
+  models::PerformerLM decoder_{nullptr};  // the LM, or the enc-dec's decoder
+  DecoderInfo info_;
+  models::DecodeState pool_;
+  std::vector<SequenceId> slot_owner_;  // slot -> id, for slots [0, active)
+  std::unordered_map<SequenceId, int64_t> slot_of_;
+  std::vector<bool> prefilled_;  // by slot
+  SequenceId next_id_ = 1;
+};
+
+}  // namespace performer::decoding

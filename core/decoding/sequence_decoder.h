@@ -1,0 +1,68 @@
+// The interface through which a serving engine decodes with a model,
+// independent of the server: create a sequence, prefill it with a prompt
+// (returns the logits that predict the next token), step a batch of
+// sequences by one token each (returns a batch of logits), release it.
+//
+// Each sequence carries a constant-size state (info().state_bytes_per_sequence,
+// exact, whatever its length), so admission is a simple count against
+// info().capacity. Implementations are not thread-safe: one engine thread
+// owns a decoder.
+//
+// Errors: InvalidArgument for bad tokens / requests, OutOfRange for
+// positions past max_seq_len, NotFound for unknown sequence ids,
+// FailedPrecondition for calls out of order, ResourceExhausted when every
+// slot is taken.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace performer::decoding {
+
+using SequenceId = uint64_t;
+
+struct DecoderInfo {
+  std::string model_class;
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;    // positions 0 .. max_seq_len-1 can be fed
+  bool needs_source = false;  // encoder-decoder: Prefill needs a source
+  int64_t source_vocab_size = 0;
+  int64_t max_source_len = 0;
+  int64_t state_bytes_per_sequence = 0;
+  int64_t capacity = 0;  // sequences that can be live at once
+};
+
+struct PrefillRequest {
+  std::vector<int64_t> prompt;  // decoder prompt (for enc-dec: the start token(s))
+  std::vector<int64_t> source;  // encoder input (enc-dec only)
+  // Encoder padding mask (true = real token); empty = no mask, as the
+  // reference's generate() without enc_mask.
+  std::vector<bool> source_mask;
+};
+
+class SequenceDecoder {
+ public:
+  virtual ~SequenceDecoder() = default;
+
+  virtual const DecoderInfo& info() const = 0;
+  virtual absl::StatusOr<SequenceId> Create() = 0;
+  // Logits [vocab] (float32, CPU) predicting the token after the prompt.
+  virtual absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) = 0;
+  // Feeds tokens[i] to sequence ids[i]; logits [ids.size(), vocab].
+  virtual absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
+                                             const std::vector<int64_t>& tokens) = 0;
+  virtual absl::Status Release(SequenceId id) = 0;
+
+  // Tokens consumed so far by a sequence.
+  virtual absl::StatusOr<int64_t> Position(SequenceId id) const = 0;
+  virtual int64_t active() const = 0;
+};
+
+}  // namespace performer::decoding

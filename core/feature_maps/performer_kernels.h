@@ -1,0 +1,38 @@
+// performer-pytorch's feature maps (reference §5.4, §5.5). Unlike the
+// fast-transformers maps they are stateless functions of the data and a
+// projection matrix P [m, d] that always comes from the checkpoint.
+//
+// Softmax kernel (FAVOR+), for x [..., n, d]:
+//   c = d^-1/4, r = m^-1/2, u = (c x) P^T, diag = |x|^2 / 2 * c^2
+//   query: phi = r (exp(u - diag - max_f u) + 1e-4)          (max per position)
+//   key:   phi = r (exp(u - diag - max_{n,f} u) + 1e-4)      (max over the whole
+//          sequence of each leading index: the "key stabiliser", §9.1)
+// Generalized kernel: phi = kernel_fn((c x) P^T) + 1e-3.
+//
+// The key stabiliser makes the key features of a whole sequence depend on
+// its largest projection; incremental decoding therefore keeps its sums in
+// the frame of a running maximum (see SoftmaxKeyExponents).
+#pragma once
+
+#include <torch/types.h>
+
+#include "core/feature_maps/kernel_function.h"
+
+namespace performer {
+
+inline constexpr double kSoftmaxKernelEps = 1e-4;
+inline constexpr double kGeneralizedKernelEps = 1e-3;
+
+torch::Tensor ApplyKernelFunction(KernelFunction fn, const torch::Tensor& x);
+
+// u = (d^-1/4 x) P^T.
+torch::Tensor ProjectFeatures(const torch::Tensor& x, const torch::Tensor& projection);
+// |x|^2 / 2 * d^-1/2, with a trailing singleton axis.
+torch::Tensor SoftmaxKernelDiag(const torch::Tensor& x);
+
+torch::Tensor SoftmaxKernelQuery(const torch::Tensor& x, const torch::Tensor& projection);
+torch::Tensor SoftmaxKernelKey(const torch::Tensor& x, const torch::Tensor& projection);
+torch::Tensor GeneralizedKernel(const torch::Tensor& x, const torch::Tensor& projection,
+                                KernelFunction fn);
+
+}  // namespace performer

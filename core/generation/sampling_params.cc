@@ -1,0 +1,73 @@
+#include "core/generation/sampling_params.h"
+
+#include <cmath>
+#include <cstddef>
+
+#include "absl/strings/str_cat.h"
+
+namespace performer::generation {
+
+SamplingParams SamplingParams::Greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+int64_t FilterThresToTopK(float filter_thres, int64_t vocab_size) {
+  const double k = (1.0 - static_cast<double>(filter_thres)) * static_cast<double>(vocab_size);
+  // int() in Python truncates toward zero; k is finite for thres in [0, 1).
+  return static_cast<int64_t>(std::trunc(k));
+}
+
+absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size) {
+  if (vocab_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 1, got ", vocab_size));
+  }
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be finite and >= 0, got ", p.temperature));
+  }
+  if (p.top_k < 0 || p.top_k > vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k must be in [0, ", vocab_size, "] (0 = off), got ", p.top_k));
+  }
+  if (p.filter_thres.has_value()) {
+    const float thres = *p.filter_thres;
+    if (!(thres >= 0.0f && thres < 1.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("filter_thres must be in [0, 1), got ", thres));
+    }
+    const int64_t k = FilterThresToTopK(thres, vocab_size);
+    if (k < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("filter_thres ", thres, " keeps k = int((1 - filter_thres) * ", vocab_size,
+                       ") = ", k, " tokens; k must be >= 1"));
+    }
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p must be in (0, 1] (1 = off), got ", p.top_p));
+  }
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repetition_penalty must be finite and > 0 (1 = off), got ", p.repetition_penalty));
+  }
+  if (p.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 1, got ", p.max_new_tokens));
+  }
+  for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
+    const int64_t id = p.stop_token_ids[i];
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop_token_ids[", i, "] must be in [0, ", vocab_size, "), got ", id));
+    }
+  }
+  if (p.eos_token_id.has_value() && (*p.eos_token_id < 0 || *p.eos_token_id >= vocab_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eos_token_id must be in [0, ", vocab_size, "), got ", *p.eos_token_id));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace performer::generation

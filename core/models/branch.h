@@ -1,0 +1,69 @@
+// One residual branch of the Performer stack (reference §2.1, §4.4, §4.5):
+// a wrapper (PreLayerNorm, PreScaleNorm or ReZero) around an optional token
+// shift around the inner module (self attention, cross attention or the
+// feed-forward). The module tree reproduces the reference's state-dict names:
+//   <branch>.norm.* | <branch>.g,  inner under <branch>.fn[.fn][.fn]
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "core/models/decode_state.h"
+#include "core/models/feed_forward.h"
+#include "core/models/performer_attention.h"
+
+namespace performer::models {
+
+enum class BranchNorm { kLayerNorm, kScaleNorm, kReZero };
+
+struct BranchInputs {
+  torch::Tensor rotary_rows;   // self attention: [n, d] (forward) or [B, d] (step)
+  torch::Tensor mask;          // [b, n] bool or undefined
+  torch::Tensor context;       // cross attention
+  torch::Tensor context_mask;  // cross attention
+};
+
+class BranchImpl : public torch::nn::Module {
+ public:
+  // Exactly one of attention / feed_forward is non-null.
+  BranchImpl(int64_t dim, BranchNorm norm, bool shift_tokens, bool causal,
+             PerformerAttention attention, FeedForward feed_forward);
+
+  // x [b, n, dim] -> branch output (before the residual add). `capture`
+  // (self attention) and `shift_capture` ([b, piece]) receive the decoding
+  // state after the last position.
+  torch::Tensor forward(const torch::Tensor& x, const BranchInputs& in,
+                        SelfAttentionState* capture = nullptr,
+                        torch::Tensor* shift_capture = nullptr);
+
+  // Incremental forms on x [B, dim].
+  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+                     const torch::Tensor& positions, LayerState& state, bool attention_branch);
+
+  bool is_attention() const { return !attention_.is_empty(); }
+  bool is_cross() const { return is_attention() && attention_->options().cross; }
+  bool shifts_tokens() const { return shift_tokens_; }
+  PerformerAttention& attention() { return attention_; }
+  const PerformerAttention& attention() const { return attention_; }
+  // Width of the piece a causal token shift carries to the next position.
+  int64_t shift_piece() const { return dim_ / static_cast<int64_t>(shifts_.size()); }
+
+ private:
+  torch::Tensor Normalize(const torch::Tensor& x);
+  torch::Tensor Shift(const torch::Tensor& x, const torch::Tensor& mask) const;
+  torch::Tensor Inner(const torch::Tensor& x, const BranchInputs& in, SelfAttentionState* capture);
+
+  int64_t dim_;
+  BranchNorm norm_kind_;
+  bool shift_tokens_;
+  std::vector<int64_t> shifts_;
+  torch::nn::LayerNorm norm_{nullptr};
+  torch::Tensor g_;
+  PerformerAttention attention_{nullptr};
+  FeedForward feed_forward_{nullptr};
+};
+TORCH_MODULE(Branch);
+
+}  // namespace performer::models

@@ -1,0 +1,68 @@
+// performer-pytorch's FastAttention (reference §1.4, §5.4-5.6): FAVOR+ (or
+// generalized-kernel, or no-projection) linear attention over q, k, v
+// [b, h, n, d], with the projection matrix P [m, d] as a loaded buffer
+// ("projection_matrix"; never re-sampled, never redrawn).
+//
+//   non-causal: out_i = q'_i (sum_j k'_j v_j^T) / (q'_i . sum_j k'_j)
+//   causal:     out_i = sum_{j<=i} (q'_i . k'_j) v_j / (q'_i . (sum_{j<=i} k'_j + 1e-6))
+//
+// The causal numerator uses kernels::CausalDotProduct (constant memory in
+// n). Step() is the exact incremental form of the causal case over a
+// DecodeState (see decode_state.h for the running-maximum bookkeeping).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "core/models/decode_state.h"
+#include "core/models/performer_config.h"
+
+namespace performer::models {
+
+inline constexpr double kCausalDenominatorEps = 1e-6;
+
+enum class FeatureKind { kSoftmax, kGeneralized, kNoProjection };
+
+class FastAttentionImpl : public torch::nn::Module {
+ public:
+  explicit FastAttentionImpl(const FastAttentionConfig& config);
+
+  // q, k, v [b, h, n, d] -> [b, h, n, d].
+  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+  torch::Tensor QueryFeatures(const torch::Tensor& q) const;
+  torch::Tensor KeyFeatures(const torch::Tensor& k) const;
+
+  // Fills `state` rows (kv, key_max, v_sum; [b, h, ...]) from the keys and
+  // values of whole sequences [b, h, n, d] (the prompt), in the frame the
+  // full forward used.
+  void InitState(const torch::Tensor& k, const torch::Tensor& v, SelfAttentionState& state) const;
+  // One causal step: q, k, v [B, h, d] for the rows of `state`; updates the
+  // state in place and returns [B, h, d].
+  torch::Tensor Step(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     SelfAttentionState& state) const;
+
+  // Non-causal constant summary of a context (cross attention): kv [b, h, m, d+1].
+  torch::Tensor Summarize(const torch::Tensor& k, const torch::Tensor& v) const;
+  // q [B, h, d] against a summary [B, h, m, d+1] -> [B, h, d].
+  torch::Tensor AttendSummary(const torch::Tensor& q, const torch::Tensor& kv) const;
+
+  FeatureKind feature_kind() const { return kind_; }
+  int64_t nb_features() const { return nb_features_; }
+  // Width of q' and k': nb_features, or dim_heads without projection.
+  int64_t feature_dim() const {
+    return kind_ == FeatureKind::kNoProjection ? config_.dim_heads : nb_features_;
+  }
+  bool causal() const { return config_.causal; }
+  const torch::Tensor& projection_matrix() const { return projection_matrix_; }
+
+ private:
+  FastAttentionConfig config_;
+  FeatureKind kind_;
+  int64_t nb_features_;
+  torch::Tensor projection_matrix_;
+};
+TORCH_MODULE(FastAttention);
+
+}  // namespace performer::models

@@ -1,0 +1,26 @@
+// performer-pytorch's FeedForward (reference §4.6): w2(GELU(w1 x)), or with
+// GLU w2(GELU(a) * b) where [a, b] = w1 x split in halves. GELU is the exact
+// erf form; dropout is inactive at inference; ff_chunks only splits the
+// sequence and has no numeric effect, so it is not modelled.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+namespace performer::models {
+
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t mult, bool glu);
+  // Position-wise: x [..., dim] -> [..., dim].
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  bool glu_;
+  torch::nn::Linear w1_{nullptr}, w2_{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+}  // namespace performer::models

@@ -1,0 +1,47 @@
+// Local attention heads as performer-pytorch builds them with
+// local-attention 1.11.x (reference §6): windows of w positions aligned at 0,
+// look back one window (and forward one when non-causal), autopad, q scaled
+// by d^-1/2, half-split rotary over window-relative slots (queries take the
+// last w slots, so non-causal offsets are shifted by one window: a 1.11.x
+// property reproduced on purpose), missing neighbour windows filled with -1
+// and masked, masked scores set to -FLT_MAX before the softmax.
+//
+// The rotary frequencies are the loaded buffer "rel_pos.inv_freq".
+// Step() is the causal incremental form: a ring of the raw keys/values of
+// the last 2w positions per row (entry = position mod 2w); a query at
+// position p sees positions max(0, (p/w - 1) w) .. p with the same slots.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+namespace performer::models {
+
+class LocalAttentionImpl : public torch::nn::Module {
+ public:
+  LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal);
+
+  // q, k, v [b, lh, n, d]; mask [b, n] bool (true = real) or undefined.
+  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask = {});
+
+  // q, k, v [B, lh, d] at positions [B] (int64); ring_k/ring_v [B, lh, 2w, d]
+  // updated in place. Causal only.
+  torch::Tensor Step(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& positions, torch::Tensor& ring_k,
+                     torch::Tensor& ring_v) const;
+  // Writes the last <= 2w positions of k, v [B, lh, n, d] into the rings.
+  void InitRing(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& ring_k,
+                torch::Tensor& ring_v) const;
+
+  int64_t window_size() const { return window_size_; }
+
+ private:
+  int64_t window_size_;
+  bool causal_;
+  torch::Tensor inv_freq_;
+};
+TORCH_MODULE(LocalAttention);
+
+}  // namespace performer::models

@@ -1,0 +1,109 @@
+#include "core/models/model_folder.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "core/io/safetensors.h"
+#include "core/io/state_dict.h"
+
+namespace performer::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kAliasInfix[] = "performer.proj_updater.instance.";
+constexpr char kNetInfix[] = "performer.net.";
+
+absl::Status Annotate(const absl::Status& s, const std::string& what) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> NormalizeCheckpointKeys(
+    std::map<std::string, torch::Tensor> state_dict) {
+  std::map<std::string, torch::Tensor> out;
+  std::vector<std::pair<std::string, torch::Tensor>> aliases;
+  for (auto& [name, tensor] : state_dict) {
+    if (absl::EndsWith(name, "proj_updater.calls_since_last_redraw")) continue;
+    if (absl::StrContains(name, kAliasInfix)) {
+      aliases.emplace_back(name, tensor);
+      continue;
+    }
+    std::string key = name;
+    if (absl::EndsWith(key, "pos_emb.weights_0") || absl::EndsWith(key, "pos_emb.weights_1")) {
+      key = absl::StrCat(key.substr(0, key.size() - 2), ".", key.substr(key.size() - 1));
+    }
+    out[key] = tensor;
+  }
+  for (auto& [name, tensor] : aliases) {
+    std::string original = absl::StrReplaceAll(name, {{kAliasInfix, kNetInfix}});
+    auto it = out.find(original);
+    if (it == out.end()) {
+      out[original] = tensor;  // Only the alias was stored: it is the layer stack.
+      continue;
+    }
+    if (it->second.sizes() != tensor.sizes() ||
+        !torch::equal(it->second.to(torch::kFloat), tensor.to(torch::kFloat))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("alias tensor ", name, " differs from ", original,
+                       " (the reference stores the layer stack twice with identical content)"));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
+  LoadedModel model;
+  model.dir = dir;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const std::string weights_path = (fs::path(dir) / "weights.safetensors").string();
+  std::ifstream in(config_path);
+  if (!in) return absl::NotFoundError(absl::StrCat(config_path, ": cannot open"));
+  model.config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (model.config.is_discarded() || !model.config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
+  }
+  auto cls = model.config.find("model_class");
+  if (cls == model.config.end() || !cls->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_path, ": missing \"model_class\" (PerformerLM, PerformerEncDec or FastAttention)"));
+  }
+  model.model_class = cls->get<std::string>();
+  std::shared_ptr<torch::nn::Module> module;
+  if (model.model_class == "PerformerLM") {
+    absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(model.config);
+    if (!c.ok()) return Annotate(c.status(), config_path);
+    model.lm = PerformerLM(*c);
+    module = model.lm.ptr();
+  } else if (model.model_class == "PerformerEncDec") {
+    absl::StatusOr<PerformerEncDecConfig> c = ParsePerformerEncDecConfig(model.config);
+    if (!c.ok()) return Annotate(c.status(), config_path);
+    model.encdec = PerformerEncDec(*c);
+    module = model.encdec.ptr();
+  } else if (model.model_class == "FastAttention") {
+    absl::StatusOr<FastAttentionConfig> c = ParseFastAttentionConfig(model.config);
+    if (!c.ok()) return Annotate(c.status(), config_path);
+    model.fast_attention = FastAttention(*c);
+    module = model.fast_attention.ptr();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path, ": unknown model_class \"", model.model_class,
+                     "\" (PerformerLM, PerformerEncDec or FastAttention)"));
+  }
+  absl::StatusOr<std::map<std::string, torch::Tensor>> weights = io::LoadSafetensors(weights_path);
+  if (!weights.ok()) return weights.status();
+  absl::StatusOr<std::map<std::string, torch::Tensor>> normalized =
+      NormalizeCheckpointKeys(*std::move(weights));
+  if (!normalized.ok()) return Annotate(normalized.status(), weights_path);
+  if (absl::Status s = io::LoadStateDict(*module, *normalized, /*strict=*/true); !s.ok()) {
+    return Annotate(s, weights_path);
+  }
+  module->eval();
+  return model;
+}
+
+}  // namespace performer::models

@@ -1,0 +1,38 @@
+// Loading a model folder: config.json (the constructor keywords plus
+// "model_class", see performer_config.h) and weights.safetensors (the
+// PyTorch state_dict). Buffers (projection matrices, sinusoidal and rotary
+// tables) are loaded, never re-sampled. The reference's alias copies under
+// "performer.proj_updater.instance." must equal their "performer.net."
+// originals and are then dropped, as is the redraw counter; the 0.2.x axial
+// names "weights_0"/"weights_1" are accepted. F32/F16/BF16 (and F64)
+// tensors load and are converted to float32. Missing, unexpected and
+// mis-shaped keys are one InvalidArgument error that lists the names.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/models/fast_attention.h"
+#include "core/models/performer_encdec.h"
+#include "core/models/performer_lm.h"
+
+namespace performer::models {
+
+struct LoadedModel {
+  std::string dir;
+  std::string model_class;                // "PerformerLM", "PerformerEncDec" or "FastAttention"
+  nlohmann::json config;                  // config.json as read
+  PerformerLM lm{nullptr};                // model_class PerformerLM
+  PerformerEncDec encdec{nullptr};        // model_class PerformerEncDec
+  FastAttention fast_attention{nullptr};  // model_class FastAttention
+};
+
+// Builds the model in eval mode with every parameter loaded.
+absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir);
+
+// Applies the alias / counter / axial-name rules above to a raw state dict.
+absl::StatusOr<std::map<std::string, torch::Tensor>> NormalizeCheckpointKeys(
+    std::map<std::string, torch::Tensor> state_dict);
+
+}  // namespace performer::models

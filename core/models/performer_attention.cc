@@ -1,0 +1,148 @@
+#include "core/models/performer_attention.h"
+
+#include <limits>
+
+#include "core/models/rotary.h"
+
+namespace performer::models {
+
+PerformerAttentionImpl::PerformerAttentionImpl(const PerformerAttentionOptions& options)
+    : options_(options) {
+  FastAttentionConfig fast;
+  fast.dim_heads = options.dim_head;
+  fast.nb_features = options.nb_features;
+  fast.causal = options.causal;
+  fast.generalized_attention = options.generalized_attention;
+  fast.kernel_fn = options.kernel_fn;
+  fast.no_projection = options.no_projection;
+  // The reference builds FastAttention (and its projection buffer) even when
+  // every head of the layer is local.
+  fast_attention_ = register_module("fast_attention", FastAttention(fast));
+  if (options.local_heads > 0) {
+    local_attn_ = register_module(
+        "local_attn", LocalAttention(options.dim_head, options.local_window_size, options.causal));
+  }
+  const int64_t inner = options.heads * options.dim_head;
+  to_q_ = register_module(
+      "to_q",
+      torch::nn::Linear(torch::nn::LinearOptions(options.dim, inner).bias(options.qkv_bias)));
+  to_k_ = register_module(
+      "to_k",
+      torch::nn::Linear(torch::nn::LinearOptions(options.dim, inner).bias(options.qkv_bias)));
+  to_v_ = register_module(
+      "to_v",
+      torch::nn::Linear(torch::nn::LinearOptions(options.dim, inner).bias(options.qkv_bias)));
+  to_out_ = register_module(
+      "to_out",
+      torch::nn::Linear(torch::nn::LinearOptions(inner, options.dim).bias(options.attn_out_bias)));
+}
+
+torch::Tensor PerformerAttentionImpl::SplitHeads(const torch::Tensor& t) const {
+  return t.view({t.size(0), t.size(1), options_.heads, options_.dim_head}).transpose(1, 2);
+}
+
+torch::Tensor PerformerAttentionImpl::MergeHeads(const torch::Tensor& t) const {
+  return t.transpose(1, 2).reshape({t.size(0), t.size(2), options_.heads * options_.dim_head});
+}
+
+torch::Tensor PerformerAttentionImpl::forward(
+    const torch::Tensor& x, const torch::Tensor& rotary_rows, const torch::Tensor& mask,
+    const torch::Tensor& context, const torch::Tensor& context_mask, SelfAttentionState* capture) {
+  TORCH_CHECK(!options_.cross || context.defined(), "cross attention needs a context");
+  TORCH_CHECK(options_.cross || !context.defined(), "self attention does not take a context");
+  const torch::Tensor& source = options_.cross ? context : x;
+  torch::Tensor q = SplitHeads(to_q_(x));
+  torch::Tensor k = SplitHeads(to_k_(source));
+  torch::Tensor v = SplitHeads(to_v_(source));
+  const int64_t gh = global_heads(), lh = options_.local_heads;
+  std::vector<torch::Tensor> outs;
+  if (gh > 0) {
+    torch::Tensor qg = q.narrow(1, 0, gh), kg = k.narrow(1, 0, gh), vg = v.narrow(1, 0, gh);
+    const torch::Tensor& key_mask = options_.cross ? context_mask : mask;
+    if (key_mask.defined()) {
+      vg = vg.masked_fill(key_mask.to(torch::kBool).logical_not().unsqueeze(1).unsqueeze(-1), 0.0);
+    }
+    if (rotary_rows.defined() && !options_.cross) {
+      qg = ApplyInterleavedRotary(qg, rotary_rows);
+      kg = ApplyInterleavedRotary(kg, rotary_rows);
+    }
+    outs.push_back(fast_attention_(qg, kg, vg));
+    if (capture != nullptr) fast_attention_->InitState(kg, vg, *capture);
+  }
+  if (lh > 0) {
+    TORCH_CHECK(!options_.cross, "local attention is not compatible with cross attention");
+    torch::Tensor lq = q.narrow(1, gh, lh), lk = k.narrow(1, gh, lh), lv = v.narrow(1, gh, lh);
+    outs.push_back(local_attn_(lq, lk, lv, mask));
+    if (capture != nullptr) local_attn_->InitRing(lk, lv, capture->local_k, capture->local_v);
+  }
+  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
+  return to_out_(MergeHeads(out));
+}
+
+torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+                                           const torch::Tensor& positions,
+                                           SelfAttentionState& state) {
+  const int64_t rows = x.size(0), gh = global_heads(), lh = options_.local_heads;
+  const int64_t h = options_.heads, d = options_.dim_head;
+  torch::Tensor q = to_q_(x).view({rows, h, d});
+  torch::Tensor k = to_k_(x).view({rows, h, d});
+  torch::Tensor v = to_v_(x).view({rows, h, d});
+  std::vector<torch::Tensor> outs;
+  if (gh > 0) {
+    torch::Tensor qg = q.narrow(1, 0, gh), kg = k.narrow(1, 0, gh), vg = v.narrow(1, 0, gh);
+    if (rotary_rows.defined()) {
+      qg = ApplyInterleavedRotary(qg, rotary_rows.unsqueeze(1));
+      kg = ApplyInterleavedRotary(kg, rotary_rows.unsqueeze(1));
+    }
+    outs.push_back(fast_attention_->Step(qg, kg, vg, state));
+  }
+  if (lh > 0) {
+    outs.push_back(local_attn_->Step(q.narrow(1, gh, lh), k.narrow(1, gh, lh), v.narrow(1, gh, lh),
+                                     positions, state.local_k, state.local_v));
+  }
+  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
+  return to_out_(out.reshape({rows, h * d}));
+}
+
+torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& context,
+                                                       const torch::Tensor& context_mask) {
+  torch::Tensor k = SplitHeads(to_k_(context));
+  torch::Tensor v = SplitHeads(to_v_(context));
+  if (context_mask.defined()) {
+    v = v.masked_fill(context_mask.to(torch::kBool).logical_not().unsqueeze(1).unsqueeze(-1), 0.0);
+  }
+  return fast_attention_->Summarize(k, v);
+}
+
+torch::Tensor PerformerAttentionImpl::CrossStep(const torch::Tensor& x,
+                                                const torch::Tensor& summary) {
+  const int64_t rows = x.size(0), h = options_.heads, d = options_.dim_head;
+  torch::Tensor q = to_q_(x).view({rows, h, d});
+  return to_out_(fast_attention_->AttendSummary(q, summary).reshape({rows, h * d}));
+}
+
+SelfAttentionState PerformerAttentionImpl::AllocateState(int64_t rows,
+                                                         torch::TensorOptions options) const {
+  SelfAttentionState s;
+  const int64_t gh = global_heads(), lh = options_.local_heads, d = options_.dim_head;
+  if (gh > 0) {
+    s.kv = torch::zeros({rows, gh, fast_attention_->feature_dim(), d + 1}, options);
+    if (fast_attention_->feature_kind() == FeatureKind::kSoftmax) {
+      s.key_max = torch::full({rows, gh}, std::numeric_limits<float>::lowest(), options);
+      s.v_sum = torch::zeros({rows, gh, d + 1}, options);
+    }
+  }
+  if (lh > 0) {
+    s.local_k = torch::zeros({rows, lh, 2 * options_.local_window_size, d}, options);
+    s.local_v = torch::zeros({rows, lh, 2 * options_.local_window_size, d}, options);
+  }
+  return s;
+}
+
+torch::Tensor PerformerAttentionImpl::AllocateCrossState(int64_t rows,
+                                                         torch::TensorOptions options) const {
+  return torch::zeros({rows, options_.heads, fast_attention_->feature_dim(), options_.dim_head + 1},
+                      options);
+}
+
+}  // namespace performer::models

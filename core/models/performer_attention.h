@@ -1,0 +1,81 @@
+// performer-pytorch's Attention (SelfAttention / CrossAttention, reference
+// §1.3, §5): to_q/to_k/to_v projections, the first heads - local_heads heads
+// through FastAttention (rotary on q and k for self attention when a table
+// row is given), the last local_heads heads through LocalAttention, to_out.
+//
+// Masks: for global heads only v is zeroed where the key mask is false
+// (keys still enter the normaliser and the stabiliser: padding is not
+// neutral, §9.2); local heads mask keys. Cross attention uses context_mask
+// only and has neither rotary nor local heads.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "core/models/decode_state.h"
+#include "core/models/fast_attention.h"
+#include "core/models/local_attention.h"
+
+namespace performer::models {
+
+struct PerformerAttentionOptions {
+  int64_t dim = 0;
+  bool causal = false;
+  int64_t heads = 8;
+  int64_t dim_head = 64;
+  int64_t local_heads = 0;
+  int64_t local_window_size = 256;
+  std::optional<int64_t> nb_features;
+  bool generalized_attention = false;
+  KernelFunction kernel_fn = KernelFunction::kReLU;
+  bool no_projection = false;
+  bool qkv_bias = false;
+  bool attn_out_bias = true;
+  bool cross = false;  // CrossAttention: requires a context
+};
+
+class PerformerAttentionImpl : public torch::nn::Module {
+ public:
+  explicit PerformerAttentionImpl(const PerformerAttentionOptions& options);
+
+  // x [b, n, dim]. Self attention: rotary_rows [n, dim_head] or undefined,
+  // mask [b, n] bool or undefined. Cross attention: context [b, m, dim],
+  // context_mask [b, m] or undefined. When `capture` is given (self
+  // attention, causal), its rows [b] are filled with the decoding state
+  // after the n positions.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+                        const torch::Tensor& mask, const torch::Tensor& context,
+                        const torch::Tensor& context_mask, SelfAttentionState* capture = nullptr);
+
+  // One causal self-attention step: x [B, dim] at positions [B];
+  // rotary_rows [B, dim_head] or undefined.
+  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+                     const torch::Tensor& positions, SelfAttentionState& state);
+
+  // Cross attention: the constant summary of a context [b, m, dim] -> [b, h, m', d + 1].
+  torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
+  // Cross attention step: x [B, dim] against summaries [B, h, m', d + 1].
+  torch::Tensor CrossStep(const torch::Tensor& x, const torch::Tensor& summary);
+
+  // Allocates empty state tensors with `rows` rows.
+  SelfAttentionState AllocateState(int64_t rows, torch::TensorOptions options) const;
+  torch::Tensor AllocateCrossState(int64_t rows, torch::TensorOptions options) const;
+
+  int64_t global_heads() const { return options_.heads - options_.local_heads; }
+  const PerformerAttentionOptions& options() const { return options_; }
+
+ private:
+  // [b, n, h*d] -> [b, h, n, d]
+  torch::Tensor SplitHeads(const torch::Tensor& t) const;
+  torch::Tensor MergeHeads(const torch::Tensor& t) const;
+
+  PerformerAttentionOptions options_;
+  FastAttention fast_attention_{nullptr};
+  LocalAttention local_attn_{nullptr};
+  torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
+};
+TORCH_MODULE(PerformerAttention);
+
+}  // namespace performer::models

@@ -1,0 +1,71 @@
+#include "core/models/performer_lm.h"
+
+namespace performer::models {
+
+PerformerLMImpl::PerformerLMImpl(const PerformerLMConfig& config) : config_(config) {
+  token_emb_ = register_module("token_emb", torch::nn::Embedding(config.num_tokens, config.dim));
+  PositionalKind kind = config.rotary_position_emb  ? PositionalKind::kFixedSinusoidal
+                        : config.axial_position_emb ? PositionalKind::kAxial
+                                                    : PositionalKind::kLearned;
+  pos_emb_ = register_module("pos_emb", PositionalEmbedding(kind, config.max_seq_len, config.dim,
+                                                            config.resolved_axial_shape()));
+  if (config.rotary_position_emb) {
+    auto layer_pos = register_module("layer_pos_emb", std::make_shared<torch::nn::Module>());
+    layer_pos_emb_ = layer_pos->register_buffer(
+        "emb", torch::zeros({config.max_seq_len, config.resolved_dim_head()}));
+  }
+  performer_ = register_module("performer", PerformerStack(config));
+  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.dim})));
+  if (!config.tie_embed) {
+    to_out_ = register_module("to_out", torch::nn::Linear(config.dim, config.num_tokens));
+  }
+}
+
+void PerformerLMImpl::TieTokenEmbedding(const torch::nn::Embedding& other) {
+  token_emb_ = replace_module("token_emb", other);
+}
+
+torch::Tensor PerformerLMImpl::Logits(const torch::Tensor& encodings) {
+  if (config_.tie_embed) return torch::matmul(encodings, token_emb_->weight.t());
+  return to_out_(encodings);
+}
+
+torch::Tensor PerformerLMImpl::forward(const torch::Tensor& tokens,
+                                       const LMForwardOptions& options) {
+  const int64_t n = tokens.size(1);
+  TORCH_CHECK(n <= config_.position_limit(), "sequence length ", n, " exceeds max_seq_len ",
+              config_.position_limit());
+  torch::Tensor x = token_emb_(tokens) + pos_emb_->First(n);
+  if (options.trace != nullptr) (*options.trace)["embed"] = x;
+  BranchInputs in;
+  if (layer_pos_emb_.defined()) in.rotary_rows = layer_pos_emb_.narrow(0, 0, n);
+  in.mask = options.mask;
+  in.context = options.context;
+  in.context_mask = options.context_mask;
+  x = performer_(x, in, options.capture, options.trace);
+  x = norm_(x);
+  if (options.capture != nullptr) options.capture->positions.fill_(n);
+  if (options.return_encodings) return x;
+  return Logits(x);
+}
+
+torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens, DecodeState& state) {
+  const torch::Tensor& positions = state.positions;
+  torch::Tensor x = token_emb_(tokens) + pos_emb_->Rows(positions);
+  torch::Tensor rotary_rows;
+  if (layer_pos_emb_.defined()) rotary_rows = layer_pos_emb_.index_select(0, positions);
+  x = performer_->Step(x, rotary_rows, positions, state);
+  state.positions.add_(1);
+  return Logits(norm_(x));
+}
+
+void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
+                                DecodeState& state) {
+  performer_->InitCross(context, context_mask, state);
+}
+
+DecodeState PerformerLMImpl::AllocateState(int64_t rows) const {
+  return performer_->AllocateState(rows, token_emb_->weight.options());
+}
+
+}  // namespace performer::models

@@ -1,0 +1,70 @@
+// performer-pytorch's PerformerLM (reference §1.1, §3): token embedding +
+// absolute positional embedding, the Performer stack (rotary rows of
+// layer_pos_emb for global heads when rotary_position_emb), final LayerNorm,
+// and to_out (or the tied token embedding).
+//
+// Besides the full forward it has the incremental form used for decoding:
+// Prefill (a full forward that also leaves each row's constant-size state
+// in a DecodeState) and Step (one token per row against that state).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "core/models/decode_state.h"
+#include "core/models/performer_config.h"
+#include "core/models/performer_stack.h"
+#include "core/models/positional_embedding.h"
+
+namespace performer::models {
+
+struct LMForwardOptions {
+  torch::Tensor mask;          // [b, n] bool, true = real token
+  torch::Tensor context;       // [b, m, dim] (decoder with cross_attend)
+  torch::Tensor context_mask;  // [b, m] bool
+  bool return_encodings = false;
+  DebugTrace* trace = nullptr;     // "embed", "layers.<i>.{attn,ff}_branch"
+  DecodeState* capture = nullptr;  // rows [b]: decoding state after the n positions
+};
+
+class PerformerLMImpl : public torch::nn::Module {
+ public:
+  explicit PerformerLMImpl(const PerformerLMConfig& config);
+
+  // tokens [b, n] int64 -> logits [b, n, num_tokens] (or encodings [b, n, dim]).
+  // TORCH_CHECKs n <= max_seq_len like the reference.
+  torch::Tensor forward(const torch::Tensor& tokens, const LMForwardOptions& options = {});
+
+  // One token per row: tokens [B] int64 at positions [B] -> logits [B, num_tokens].
+  // `state` rows are advanced in place (positions included).
+  torch::Tensor Step(const torch::Tensor& tokens, DecodeState& state);
+
+  // Cross-attention summaries of a context for `state` rows (decoder only).
+  void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
+                 DecodeState& state);
+
+  DecodeState AllocateState(int64_t rows) const;
+
+  const PerformerLMConfig& config() const { return config_; }
+  const torch::nn::Embedding& token_emb() const { return token_emb_; }
+  // Shares the token embedding of another model (PerformerEncDec tie_token_embeds).
+  void TieTokenEmbedding(const torch::nn::Embedding& other);
+
+ private:
+  torch::Tensor Logits(const torch::Tensor& encodings);
+
+  PerformerLMConfig config_;
+  torch::nn::Embedding token_emb_{nullptr};
+  PositionalEmbedding pos_emb_{nullptr};
+  torch::Tensor layer_pos_emb_;  // [max_seq_len, dim_head] when rotary
+  PerformerStack performer_{nullptr};
+  torch::nn::LayerNorm norm_{nullptr};
+  torch::nn::Linear to_out_{nullptr};
+};
+TORCH_MODULE(PerformerLM);
+
+}  // namespace performer::models

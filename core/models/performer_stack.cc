@@ -1,0 +1,149 @@
+#include "core/models/performer_stack.h"
+
+#include <torch/nn/modules/container/modulelist.h>
+
+namespace performer::models {
+namespace {
+
+BranchNorm NormOf(const PerformerLMConfig& c) {
+  // ScaleNorm wins over ReZero when both are set (reference §1.1).
+  if (c.use_scalenorm) return BranchNorm::kScaleNorm;
+  if (c.use_rezero) return BranchNorm::kReZero;
+  return BranchNorm::kLayerNorm;
+}
+
+}  // namespace
+
+PerformerStackImpl::PerformerStackImpl(const PerformerLMConfig& config) : config_(config) {
+  const BranchNorm norm = NormOf(config);
+  auto attention = [&](bool cross, int64_t local_heads) {
+    PerformerAttentionOptions o;
+    o.dim = config.dim;
+    o.causal = cross ? false : config.causal;
+    o.heads = config.heads;
+    o.dim_head = config.resolved_dim_head();
+    o.local_heads = cross ? 0 : local_heads;
+    o.local_window_size = config.local_window_size;
+    o.nb_features = config.nb_features;
+    o.generalized_attention = config.generalized_attention;
+    o.kernel_fn = config.kernel_fn;
+    o.no_projection = config.no_projection;
+    o.qkv_bias = config.qkv_bias;
+    o.attn_out_bias = config.attn_out_bias;
+    o.cross = cross;
+    return PerformerAttention(o);
+  };
+  auto feed_forward = [&]() { return FeedForward(config.dim, config.ff_mult, config.ff_glu); };
+  for (int64_t i = 0; i < config.depth; ++i) {
+    pairs_.emplace_back(
+        Branch(config.dim, norm, config.shift_tokens, config.causal,
+               attention(false, config.local_heads(i)), FeedForward(nullptr)),
+        Branch(config.dim, norm, config.shift_tokens, config.causal, nullptr, feed_forward()));
+    if (config.cross_attend) {
+      // Token shift is never applied to the cross pair.
+      pairs_.emplace_back(
+          Branch(config.dim, norm, false, config.causal, attention(true, 0), FeedForward(nullptr)),
+          Branch(config.dim, norm, false, config.causal, nullptr, feed_forward()));
+    }
+  }
+  auto net = register_module("net", std::make_shared<torch::nn::Module>());
+  if (config.reversible) {
+    torch::nn::ModuleList blocks;
+    for (auto& [f, g] : pairs_) {
+      auto block = std::make_shared<torch::nn::Module>();
+      block->register_module("f", std::make_shared<torch::nn::Module>())->register_module("net", f);
+      block->register_module("g", std::make_shared<torch::nn::Module>())->register_module("net", g);
+      blocks->push_back(block);
+    }
+    net->register_module("blocks", blocks);
+  } else {
+    torch::nn::ModuleList layers;
+    for (auto& [f, g] : pairs_) {
+      torch::nn::ModuleList pair;
+      pair->push_back(f);
+      pair->push_back(g);
+      layers->push_back(pair);
+    }
+    net->register_module("layers", layers);
+  }
+}
+
+torch::Tensor PerformerStackImpl::forward(const torch::Tensor& x, const BranchInputs& in,
+                                          DecodeState* capture, DebugTrace* trace) {
+  BranchInputs ff_inputs;         // the feed-forward branch receives no routed arguments
+  BranchInputs self_inputs = in;  // context and context_mask reach only cross attention
+  self_inputs.context = torch::Tensor();
+  self_inputs.context_mask = torch::Tensor();
+  torch::Tensor x1 = x, x2 = x;
+  for (size_t i = 0; i < pairs_.size(); ++i) {
+    auto& [f, g] = pairs_[i];
+    LayerState* layer = capture != nullptr ? &capture->layers[i] : nullptr;
+    SelfAttentionState* self = layer != nullptr && !f->is_cross() ? &layer->self : nullptr;
+    torch::Tensor* attn_shift =
+        layer != nullptr && f->shifts_tokens() ? &layer->attn_shift : nullptr;
+    torch::Tensor* ff_shift = layer != nullptr && g->shifts_tokens() ? &layer->ff_shift : nullptr;
+    torch::Tensor a, b;
+    if (config_.reversible) {
+      a = f(x2, f->is_cross() ? in : self_inputs, self, attn_shift);
+      x1 = x1 + a;
+      b = g(x1, ff_inputs, nullptr, ff_shift);
+      x2 = x2 + b;
+    } else {
+      a = f(x1, f->is_cross() ? in : self_inputs, self, attn_shift);
+      x1 = x1 + a;
+      b = g(x1, ff_inputs, nullptr, ff_shift);
+      x1 = x1 + b;
+    }
+    if (trace != nullptr) {
+      (*trace)["layers." + std::to_string(i) + ".attn_branch"] = a;
+      (*trace)["layers." + std::to_string(i) + ".ff_branch"] = b;
+    }
+  }
+  return config_.reversible ? x1 + x2 : x1;
+}
+
+torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+                                       const torch::Tensor& positions, DecodeState& state) {
+  torch::Tensor x1 = x, x2 = x;
+  for (size_t i = 0; i < pairs_.size(); ++i) {
+    auto& [f, g] = pairs_[i];
+    LayerState& layer = state.layers[i];
+    if (config_.reversible) {
+      x1 = x1 + f->Step(x2, rotary_rows, positions, layer, /*attention_branch=*/true);
+      x2 = x2 + g->Step(x1, rotary_rows, positions, layer, /*attention_branch=*/false);
+    } else {
+      x1 = x1 + f->Step(x1, rotary_rows, positions, layer, /*attention_branch=*/true);
+      x1 = x1 + g->Step(x1, rotary_rows, positions, layer, /*attention_branch=*/false);
+    }
+  }
+  return config_.reversible ? x1 + x2 : x1;
+}
+
+void PerformerStackImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
+                                   DecodeState& state) {
+  for (size_t i = 0; i < pairs_.size(); ++i) {
+    Branch& f = pairs_[i].first;
+    if (f->is_cross()) {
+      state.layers[i].cross.kv.copy_(f->attention()->SummarizeContext(context, context_mask));
+    }
+  }
+}
+
+DecodeState PerformerStackImpl::AllocateState(int64_t rows, torch::TensorOptions options) const {
+  DecodeState s;
+  for (const auto& [f, g] : pairs_) {
+    LayerState layer;
+    if (f->is_cross()) {
+      layer.cross.kv = f->attention()->AllocateCrossState(rows, options);
+    } else {
+      layer.self = f->attention()->AllocateState(rows, options);
+    }
+    if (f->shifts_tokens()) layer.attn_shift = torch::zeros({rows, f->shift_piece()}, options);
+    if (g->shifts_tokens()) layer.ff_shift = torch::zeros({rows, g->shift_piece()}, options);
+    s.layers.push_back(std::move(layer));
+  }
+  s.positions = torch::zeros({rows}, options.dtype(torch::kLong));
+  return s;
+}
+
+}  // namespace performer::models

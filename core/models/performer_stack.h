@@ -1,0 +1,57 @@
+// performer-pytorch's Performer, the layer stack (reference §1.2, §4): depth
+// (attention, feed-forward) pairs, with an extra (cross attention,
+// feed-forward) pair after each when cross_attend. Sequential: x += f(x);
+// x += g(x). Reversible (inference form): x1 = x2 = x; y1 = x1 + f(x2);
+// y2 = x2 + g(y1); output x1 + x2. State-dict names: net.layers.<i>.{0,1}.*
+// or net.blocks.<i>.{f,g}.net.*.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/models/branch.h"
+#include "core/models/decode_state.h"
+#include "core/models/performer_config.h"
+
+namespace performer::models {
+
+// Optional per-branch outputs ("layers.<i>.attn_branch" / "ff_branch").
+using DebugTrace = std::map<std::string, torch::Tensor>;
+
+class PerformerStackImpl : public torch::nn::Module {
+ public:
+  // Uses the PerformerLM keywords (PerformerLM passes its qkv/out biases).
+  explicit PerformerStackImpl(const PerformerLMConfig& config);
+
+  // x [b, n, dim]. `capture` (rows [b] of a DecodeState) receives the
+  // incremental state after the n positions (causal self attention, token
+  // shift; cross summaries are set by InitCross).
+  torch::Tensor forward(const torch::Tensor& x, const BranchInputs& in,
+                        DecodeState* capture = nullptr, DebugTrace* trace = nullptr);
+
+  // x [B, dim] at positions [B] -> [B, dim].
+  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+                     const torch::Tensor& positions, DecodeState& state);
+
+  // Folds a context [b, m, dim] into the cross-attention summaries of `state` rows [b].
+  void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
+                 DecodeState& state);
+
+  // Empty state tensors for `rows` sequences (positions included).
+  DecodeState AllocateState(int64_t rows, torch::TensorOptions options) const;
+
+  int64_t num_pairs() const { return static_cast<int64_t>(pairs_.size()); }
+
+ private:
+  PerformerLMConfig config_;
+  std::vector<std::pair<Branch, Branch>> pairs_;
+};
+TORCH_MODULE(PerformerStack);
+
+}  // namespace performer::models

@@ -1,0 +1,29 @@
+#include "core/models/rotary.h"
+
+namespace performer::models {
+
+torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows) {
+  const int64_t d = t.size(-1);
+  torch::Tensor sin = table_rows.narrow(-1, 0, d / 2).repeat_interleave(2, -1);
+  torch::Tensor cos = table_rows.narrow(-1, d / 2, d / 2).repeat_interleave(2, -1);
+  std::vector<int64_t> pair_shape = t.sizes().vec();
+  pair_shape.back() = d / 2;
+  pair_shape.push_back(2);
+  torch::Tensor pairs = t.reshape(pair_shape);
+  torch::Tensor rotated =
+      torch::stack({-pairs.select(-1, 1), pairs.select(-1, 0)}, -1).reshape(t.sizes());
+  return t * cos + rotated * sin;
+}
+
+torch::Tensor HalfRotaryAngles(const torch::Tensor& slots, const torch::Tensor& inv_freq) {
+  torch::Tensor freqs = slots.to(inv_freq.scalar_type()).unsqueeze(-1) * inv_freq;
+  return torch::cat({freqs, freqs}, -1);
+}
+
+torch::Tensor ApplyHalfRotary(const torch::Tensor& t, const torch::Tensor& angles) {
+  const int64_t half = t.size(-1) / 2;
+  torch::Tensor rotated = torch::cat({-t.narrow(-1, half, half), t.narrow(-1, 0, half)}, -1);
+  return t * angles.cos() + rotated * angles.sin();
+}
+
+}  // namespace performer::models

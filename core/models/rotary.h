@@ -1,0 +1,24 @@
+// The two rotary position layouts of performer-pytorch (reference §5.3, §6.2).
+//
+// Global heads: interleaved pairs (2i, 2i+1) rotated by the angles of a
+// stored sinusoidal table row [sin(p f_0..), cos(p f_0..)] (all sines, then all
+// cosines):  out[2i] = t[2i] c_i - t[2i+1] s_i,  out[2i+1] = t[2i+1] c_i + t[2i] s_i.
+// Local heads (local-attention 1.11.x): halves (i, i + d/2) rotated by
+// angle slot * inv_freq[i]:  out = t cos + [-t_hi, t_lo] sin.
+#pragma once
+
+#include <torch/types.h>
+
+namespace performer::models {
+
+// t [..., d]; table_rows [..., d] broadcastable against t (sines then cosines).
+torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows);
+
+// Angles for slots: slots [...] (any integer or float tensor) x inv_freq [d/2]
+// -> [..., d] (the d/2 angles twice, as local-attention concatenates them).
+torch::Tensor HalfRotaryAngles(const torch::Tensor& slots, const torch::Tensor& inv_freq);
+
+// t [..., d]; angles [..., d] broadcastable against t.
+torch::Tensor ApplyHalfRotary(const torch::Tensor& t, const torch::Tensor& angles);
+
+}  // namespace performer::models

@@ -1,0 +1,264 @@
+#include "core/decoding/performer_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include "core/decoding/generate.h"
+#include "tests/core/models/model_test_util.h"
+#include "tests/testing/fixtures.h"
+
+namespace performer::decoding {
+namespace {
+
+using models::PerformerLMConfig;
+using models::testing::RandomLM;
+using models::testing::TinyLMConfig;
+
+std::unique_ptr<PerformerDecoder> MakeDecoder(const PerformerLMConfig& config,
+                                              int64_t capacity = 8) {
+  absl::StatusOr<std::unique_ptr<PerformerDecoder>> d =
+      PerformerDecoder::Create(RandomLM(config), capacity);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return *std::move(d);
+}
+
+// Logits of the last position of a full forward over `tokens`.
+torch::Tensor FullForwardLast(PerformerDecoder& decoder, models::PerformerLM lm,
+                              const std::vector<int64_t>& tokens) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor t = torch::tensor(tokens, torch::kLong).unsqueeze(0);
+  return lm(t)[0][static_cast<int64_t>(tokens.size()) - 1];
+}
+
+struct Variant {
+  std::string name;
+  std::function<void(PerformerLMConfig&)> apply;
+  double atol;  // recurrent vs full re-forward
+};
+
+class RecurrentVsFullForward : public ::testing::TestWithParam<Variant> {};
+
+// Steps 30 tokens and compares each step's logits with a full forward over
+// the whole sequence so far. Generalized-kernel models are exactly
+// incremental; softmax-kernel ones keep cached lower-layer outputs when the
+// key stabiliser grows (reference §9.1).
+TEST_P(RecurrentVsFullForward, StepLogitsMatch) {
+  PerformerLMConfig config = TinyLMConfig();
+  GetParam().apply(config);
+  models::LoadedModel model = RandomLM(config);
+  models::PerformerLM lm = model.lm;
+  auto decoder = *PerformerDecoder::Create(std::move(model), 4);
+  std::vector<int64_t> seq = {3, 1, 4, 1, 5};
+  SequenceId id = *decoder->Create();
+  absl::StatusOr<torch::Tensor> logits = decoder->Prefill(id, {seq, {}, {}});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_TENSOR_CLOSE(*logits, FullForwardLast(*decoder, lm, seq), 1e-5, 1e-5);
+  for (int step = 0; step < 30; ++step) {
+    const int64_t next = (step * 7 + 2) % config.num_tokens;
+    seq.push_back(next);
+    absl::StatusOr<torch::Tensor> out = decoder->Step({id}, {next});
+    ASSERT_TRUE(out.ok()) << out.status();
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_TENSOR_CLOSE((*out)[0], FullForwardLast(*decoder, lm, seq), GetParam().atol, 1e-4);
+  }
+  EXPECT_EQ(*decoder->Position(id), static_cast<int64_t>(seq.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, RecurrentVsFullForward,
+    ::testing::Values(Variant{"generalized",
+                              [](PerformerLMConfig& c) { c.generalized_attention = true; }, 2e-5},
+                      Variant{"softmax", [](PerformerLMConfig&) {}, 1e-3},
+                      Variant{"local_heads",
+                              [](PerformerLMConfig& c) {
+                                c.generalized_attention = true;
+                                c.local_attn_heads = {1};
+                                c.local_window_size = 4;
+                              },
+                              2e-5},
+                      Variant{"all_local_per_layer",
+                              [](PerformerLMConfig& c) {
+                                c.local_attn_heads = {2, 1};
+                                c.local_window_size = 3;
+                                c.generalized_attention = true;
+                              },
+                              2e-5},
+                      Variant{"shift_reversible_scalenorm",
+                              [](PerformerLMConfig& c) {
+                                c.generalized_attention = true;
+                                c.shift_tokens = true;
+                                c.reversible = true;
+                                c.use_scalenorm = true;
+                                c.qkv_bias = true;
+                                c.attn_out_bias = true;
+                              },
+                              2e-5},
+                      Variant{"rezero_axial_glu_tied",
+                              [](PerformerLMConfig& c) {
+                                c.generalized_attention = true;
+                                c.use_rezero = true;
+                                c.rotary_position_emb = false;
+                                c.axial_position_emb = true;
+                                c.axial_position_shape = std::vector<int64_t>{5, 8};
+                                c.ff_glu = true;
+                                c.tie_embed = true;
+                              },
+                              2e-5},
+                      Variant{"no_projection",
+                              [](PerformerLMConfig& c) {
+                                c.no_projection = true;
+                                c.rotary_position_emb = false;
+                              },
+                              2e-5}),
+    [](const ::testing::TestParamInfo<Variant>& info) { return info.param.name; });
+
+// State bytes: a closed form of the configuration, the same at every length.
+TEST(PerformerDecoderTest, StateBytesPerSequenceIsExact) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.local_attn_heads = {1};
+  config.local_window_size = 4;
+  config.shift_tokens = true;
+  auto decoder = MakeDecoder(config);
+  const int64_t m = config.resolved_nb_features(), d = 8, gh = 1, lh = 1;
+  const int64_t per_layer_floats = gh * m * (d + 1)  // kv
+                                   + gh              // key max
+                                   + gh * (d + 1)    // v sums and count
+                                   + 2 * lh * 8 * d  // ring of 2w keys and values
+                                   + 2 * (16 / 2);   // shifted pieces of both branches
+  EXPECT_EQ(decoder->info().state_bytes_per_sequence, 2 * per_layer_floats * 4 + 8);
+}
+
+TEST(PerformerDecoderTest, BatchedStepsDoNotDependOnBatchCompanions) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.local_attn_heads = {1};
+  config.local_window_size = 4;
+  auto decoder = MakeDecoder(config, 8);
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10}, {11, 12}};
+  // Alone: each sequence by itself.
+  std::vector<std::vector<torch::Tensor>> alone(prompts.size());
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    SequenceId id = *decoder->Create();
+    ASSERT_TRUE(decoder->Prefill(id, {prompts[s], {}, {}}).ok());
+    for (int step = 0; step < 12; ++step) {
+      alone[s].push_back((*decoder->Step({id}, {(step + static_cast<int>(s)) % 20}))[0]);
+    }
+    ASSERT_TRUE(decoder->Release(id).ok());
+  }
+  // Together, released in the middle (compaction), stepped in a shuffled
+  // order and as a non-contiguous subset (gather path).
+  std::vector<SequenceId> ids;
+  SequenceId filler = *decoder->Create();
+  ASSERT_TRUE(decoder->Prefill(filler, {{9, 9, 9}, {}, {}}).ok());
+  for (const auto& p : prompts) {
+    ids.push_back(*decoder->Create());
+    ASSERT_TRUE(decoder->Prefill(ids.back(), {p, {}, {}}).ok());
+  }
+  for (int step = 0; step < 12; ++step) {
+    if (step == 4) {
+      ASSERT_TRUE(decoder->Release(filler).ok());
+    }
+    std::vector<SequenceId> batch = {ids[2], ids[0], ids[3], ids[1]};
+    std::vector<size_t> which = {2, 0, 3, 1};
+    if (step % 3 == 1) {  // a subset: every other sequence
+      batch = {ids[3], ids[1]};
+      which = {3, 1};
+    }
+    std::vector<int64_t> tokens;
+    for (size_t s : which) tokens.push_back((step + static_cast<int>(s)) % 20);
+    absl::StatusOr<torch::Tensor> out = decoder->Step(batch, tokens);
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (size_t i = 0; i < which.size(); ++i) {
+      SCOPED_TRACE("sequence " + std::to_string(which[i]) + " step " + std::to_string(step));
+      EXPECT_TENSOR_CLOSE((*out)[static_cast<int64_t>(i)], alone[which[i]][step], 1e-5, 1e-5);
+    }
+    if (step % 3 == 1) {  // the others catch up alone
+      for (size_t s : {size_t{0}, size_t{2}}) {
+        absl::StatusOr<torch::Tensor> o =
+            decoder->Step({ids[s]}, {(step + static_cast<int>(s)) % 20});
+        ASSERT_TRUE(o.ok()) << o.status();
+        EXPECT_TENSOR_CLOSE((*o)[0], alone[s][step], 1e-5, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(PerformerDecoderTest, ErrorsAreClear) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.max_seq_len = 6;
+  auto decoder = MakeDecoder(config, 2);
+  SequenceId a = *decoder->Create();
+  EXPECT_EQ(decoder->Step({a}, {1}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(decoder->Prefill(a, {{}, {}, {}}).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::Status bad_token = decoder->Prefill(a, {{1, 23}, {}, {}}).status();
+  EXPECT_EQ(bad_token.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_token.message().find("outside the vocabulary [0, 23)"), std::string::npos)
+      << bad_token;
+  EXPECT_EQ(decoder->Prefill(a, {{1, 2, 3, 4, 5, 6, 7}, {}, {}}).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(decoder->Prefill(a, {{1}, {2}, {}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(decoder->Prefill(a, {{1, 2, 3, 4, 5}, {}, {}}).ok());
+  EXPECT_EQ(decoder->Prefill(a, {{1}, {}, {}}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  SequenceId b = *decoder->Create();
+  EXPECT_EQ(decoder->Create().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(decoder->Step({a, a}, {1, 1}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(decoder->Step({a}, {1, 2}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(decoder->Step({999}, {1}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(decoder->Step({a}, {-1}).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(decoder->Step({a}, {1}).ok());  // position 5 -> 6
+  absl::Status past_end = decoder->Step({a}, {1}).status();
+  EXPECT_EQ(past_end.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(past_end.message().find("max_seq_len is 6"), std::string::npos) << past_end;
+  EXPECT_EQ(decoder->info().max_seq_len, 6);
+  ASSERT_TRUE(decoder->Release(b).ok());
+  EXPECT_EQ(decoder->Release(b).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(decoder->active(), 1);
+}
+
+TEST(PerformerDecoderTest, BidirectionalModelCannotDecode) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.causal = false;
+  absl::StatusOr<std::unique_ptr<PerformerDecoder>> d =
+      PerformerDecoder::Create(RandomLM(config), 2);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PerformerDecoderTest, GenerateStopsAtMaxSeqLenAndEos) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.max_seq_len = 8;
+  auto decoder = MakeDecoder(config, 2);
+  generation::SamplingParams greedy = generation::SamplingParams::Greedy();
+  greedy.max_new_tokens = 100;
+  absl::StatusOr<GenerationResult> r = Generate(*decoder, {{1, 2, 3}, {}, {}}, greedy);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Positions 3..7 are fed, the token after position 7 is still emitted.
+  EXPECT_EQ(r->tokens.size(), 6u);
+  EXPECT_EQ(r->finish, generation::FinishReason::kMaxSequenceLength);
+  greedy.eos_token_id = r->tokens[2];
+  absl::StatusOr<GenerationResult> stopped = Generate(*decoder, {{1, 2, 3}, {}, {}}, greedy);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->finish, generation::FinishReason::kEos);
+  EXPECT_EQ(stopped->tokens.back(), r->tokens[2]);
+  EXPECT_LE(stopped->tokens.size(), 3u);
+  EXPECT_EQ(decoder->active(), 0);
+}
+
+TEST(PerformerDecoderTest, SeededSamplingIsReproducible) {
+  auto decoder = MakeDecoder(TinyLMConfig(), 2);
+  generation::SamplingParams p;
+  p.temperature = 1.5f;
+  p.top_k = 10;
+  p.seed = 1234;
+  p.max_new_tokens = 20;
+  absl::StatusOr<GenerationResult> a = Generate(*decoder, {{1, 2}, {}, {}}, p);
+  absl::StatusOr<GenerationResult> b = Generate(*decoder, {{1, 2}, {}, {}}, p);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->tokens, b->tokens);
+  p.seed = 4321;
+  absl::StatusOr<GenerationResult> c = Generate(*decoder, {{1, 2}, {}, {}}, p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->tokens, c->tokens);
+}
+
+}  // namespace
+}  // namespace performer::decoding

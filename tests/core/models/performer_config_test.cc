@@ -1,0 +1,136 @@
+#include "core/models/performer_config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace performer::models {
+namespace {
+
+nlohmann::json MinimalLM() {
+  return {{"model_class", "PerformerLM"},
+          {"num_tokens", 10},
+          {"max_seq_len", 8},
+          {"dim", 8},
+          {"depth", 1},
+          {"heads", 2}};
+}
+
+TEST(PerformerConfigTest, DefaultsAreTheReferences) {
+  absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(MinimalLM());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->resolved_dim_head(), 64);
+  EXPECT_EQ(c->resolved_nb_features(), 266);
+  EXPECT_TRUE(c->rotary_position_emb);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->attn_out_bias);
+  EXPECT_FALSE(c->causal);
+  EXPECT_EQ(c->local_window_size, 256);
+  EXPECT_EQ(c->local_heads(0), 0);
+  EXPECT_EQ(c->kernel_fn, KernelFunction::kReLU);
+}
+
+TEST(PerformerConfigTest, NbFeaturesDefaultTruncates) {
+  EXPECT_EQ(DefaultNbFeatures(64), 266);
+  EXPECT_EQ(DefaultNbFeatures(32), 110);
+  EXPECT_EQ(DefaultNbFeatures(16), 44);
+  EXPECT_EQ(DefaultNbFeatures(12), 29);
+  EXPECT_EQ(DefaultNbFeatures(8), 16);
+  EXPECT_EQ(DefaultNbFeatures(4), 5);
+}
+
+TEST(PerformerConfigTest, UnknownAndMissingKeysAreListed) {
+  nlohmann::json j = MinimalLM();
+  j.erase("depth");
+  j["colour"] = "blue";
+  j["flavour"] = 3;
+  absl::Status s = ParsePerformerLMConfig(j).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("missing required key(s): depth"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("unknown key(s): colour, flavour"), std::string::npos) << s;
+}
+
+TEST(PerformerConfigTest, WrongTypesNameTheKey) {
+  nlohmann::json j = MinimalLM();
+  j["causal"] = "yes";
+  j["nb_features"] = 1.5;
+  absl::Status s = ParsePerformerLMConfig(j).status();
+  EXPECT_NE(s.message().find("causal must be true or false"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("nb_features must be an integer or null"), std::string::npos) << s;
+}
+
+TEST(PerformerConfigTest, ReferenceInvariantsAreChecked) {
+  nlohmann::json j = MinimalLM();
+  j["heads"] = 3;
+  EXPECT_NE(ParsePerformerLMConfig(j).status().message().find("divisible by heads"),
+            std::string::npos);
+  j = MinimalLM();
+  j["local_attn_heads"] = {1, 1, 1};
+  EXPECT_NE(ParsePerformerLMConfig(j).status().message().find("local_attn_heads has 3 entries"),
+            std::string::npos);
+  j = MinimalLM();
+  j["local_attn_heads"] = 3;
+  EXPECT_NE(ParsePerformerLMConfig(j).status().message().find("outside [0, heads=2]"),
+            std::string::npos);
+  j = MinimalLM();
+  j["dim_head"] = nullptr;
+  EXPECT_NE(ParsePerformerLMConfig(j).status().message().find("rotary_position_emb false"),
+            std::string::npos);
+  j["rotary_position_emb"] = false;
+  absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->resolved_dim_head(), 4);
+  j = MinimalLM();
+  j["kernel_fn"] = "Mish2";
+  EXPECT_NE(ParsePerformerLMConfig(j).status().message().find("unsupported kernel_fn 'Mish2'"),
+            std::string::npos);
+}
+
+TEST(PerformerConfigTest, AxialShapeAndPositionLimit) {
+  nlohmann::json j = MinimalLM();
+  j["max_seq_len"] = 100;
+  j["rotary_position_emb"] = false;
+  j["axial_position_emb"] = true;
+  absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(j);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->resolved_axial_shape(), (std::vector<int64_t>{2, 64}));
+  EXPECT_EQ(c->position_limit(), 100);
+  j["axial_position_shape"] = {4, 16};
+  EXPECT_EQ(ParsePerformerLMConfig(j)->position_limit(), 64);
+}
+
+TEST(PerformerConfigTest, EncDecForcesDecoderAndRejectsUnknownKeys) {
+  nlohmann::json j = {{"model_class", "PerformerEncDec"},
+                      {"dim", 8},
+                      {"enc_num_tokens", 5},
+                      {"enc_max_seq_len", 4},
+                      {"enc_depth", 1},
+                      {"enc_heads", 2},
+                      {"dec_num_tokens", 6},
+                      {"dec_max_seq_len", 4},
+                      {"dec_depth", 1},
+                      {"dec_heads", 2},
+                      {"dec_causal", false}};
+  absl::StatusOr<PerformerEncDecConfig> c = ParsePerformerEncDecConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->dec.causal);
+  EXPECT_TRUE(c->dec.cross_attend);
+  EXPECT_EQ(c->enc.dim, 8);
+  EXPECT_EQ(c->dec.num_tokens, 6);
+  j["enc_dim"] = 8;
+  j["tie_token_embed"] = true;
+  absl::Status s = ParsePerformerEncDecConfig(j).status();
+  EXPECT_NE(s.message().find("unknown key(s): enc_dim, tie_token_embed"), std::string::npos) << s;
+}
+
+TEST(PerformerConfigTest, FastAttentionConfig) {
+  absl::StatusOr<FastAttentionConfig> c =
+      ParseFastAttentionConfig({{"dim_heads", 16}, {"causal", true}, {"kernel_fn", "GELU"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->resolved_nb_features(), 44);
+  EXPECT_EQ(c->kernel_fn, KernelFunction::kGELU);
+  EXPECT_FALSE(ParseFastAttentionConfig({{"dim_heads", 0}}).ok());
+}
+
+}  // namespace
+}  // namespace performer::models
