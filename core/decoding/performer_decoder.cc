@@ -52,6 +52,7 @@ PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
     info_.source_vocab_size = enc.num_tokens;
     info_.max_source_len = enc.position_limit();
   }
+  decoder_->PrepareForDecoding();
   info_.vocab_size = decoder_->config().num_tokens;
   info_.max_seq_len = decoder_->config().position_limit();
   info_.capacity = capacity;

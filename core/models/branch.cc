@@ -102,7 +102,7 @@ torch::Tensor BranchImpl::forward(const torch::Tensor& x, const BranchInputs& in
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }
 
-torch::Tensor BranchImpl::Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+torch::Tensor BranchImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                                const torch::Tensor& positions, LayerState& state,
                                bool attention_branch) {
   torch::Tensor h = Normalize(x);
@@ -117,11 +117,11 @@ torch::Tensor BranchImpl::Step(const torch::Tensor& x, const torch::Tensor& rota
   }
   torch::Tensor out;
   if (attention_.is_empty()) {
-    out = feed_forward_(h);
+    out = feed_forward_->Step(h);
   } else if (attention_->options().cross) {
     out = attention_->CrossStep(h, state.cross.kv);
   } else {
-    out = attention_->Step(h, rotary_rows, positions, state.self);
+    out = attention_->Step(h, rotary, positions, state.self);
   }
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }

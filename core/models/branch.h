@@ -39,7 +39,7 @@ class BranchImpl : public torch::nn::Module {
                         torch::Tensor* shift_capture = nullptr);
 
   // Incremental forms on x [B, dim].
-  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+  torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                      const torch::Tensor& positions, LayerState& state, bool attention_branch);
 
   bool is_attention() const { return !attention_.is_empty(); }

@@ -4,6 +4,7 @@
 
 #include "core/feature_maps/performer_kernels.h"
 #include "kernels/causal_product.h"
+#include "kernels/linear_state_step.h"
 
 namespace performer::models {
 namespace {
@@ -84,29 +85,43 @@ void FastAttentionImpl::InitState(const torch::Tensor& k, const torch::Tensor& v
 torch::Tensor FastAttentionImpl::Step(const torch::Tensor& q, const torch::Tensor& k,
                                       const torch::Tensor& v, SelfAttentionState& state) const {
   const int64_t rows = q.size(0), heads = q.size(1), d = v.size(-1);
-  const int64_t m = feature_dim();
-  torch::Tensor v1 = AppendOne(v);
-  torch::Tensor kv = state.kv.view({rows * heads, m, d + 1});
-  torch::Tensor qf = QueryFeatures(q);
-  torch::Tensor q_sum = qf.sum(-1);
-  torch::Tensor out;
+  const int64_t m = feature_dim(), flat = rows * heads;
+  torch::Tensor qf, key_features, decay;
   if (kind_ == FeatureKind::kSoftmax) {
-    torch::Tensor u = ProjectFeatures(k, projection_matrix_);
+    // q and k share one projection; running key maximum: when it grows the
+    // sums are rescaled (decay < 1).
+    torch::Tensor qk = torch::cat({q, k}, 1);
+    torch::Tensor u_all = ProjectFeatures(qk, projection_matrix_);
+    torch::Tensor diag = SoftmaxKernelDiag(qk);
+    torch::Tensor uq = u_all.narrow(1, 0, heads), u = u_all.narrow(1, heads, heads);
+    qf = Ratio(m) * (torch::exp(uq - diag.narrow(1, 0, heads) - std::get<0>(uq.max(-1, true))) +
+                     kSoftmaxKernelEps);
     torch::Tensor new_max = torch::maximum(state.key_max, u.amax(-1));
-    torch::Tensor factor = torch::exp(state.key_max - new_max);
-    // Rescaling touches the whole state, so only when some maximum grew.
-    if ((factor < 1).any().item<bool>()) state.kv.mul_(factor.unsqueeze(-1).unsqueeze(-1));
-    torch::Tensor e = torch::exp(u - SoftmaxKernelDiag(k) - new_max.unsqueeze(-1));
-    kv.baddbmm_(e.reshape({rows * heads, m, 1}), v1.reshape({rows * heads, 1, d + 1}));
-    state.v_sum.add_(v1);
+    decay = torch::exp(state.key_max - new_max);
+    key_features = torch::exp(u - diag.narrow(1, heads, heads) - new_max.unsqueeze(-1));
     state.key_max.copy_(new_max);
-    const double ratio = Ratio(m);
-    out = ratio * torch::bmm(qf.reshape({rows * heads, 1, m}), kv).view({rows, heads, d + 1}) +
-          (ratio * kSoftmaxKernelEps) * q_sum.unsqueeze(-1) * state.v_sum;
+    state.v_sum.narrow(-1, 0, d).add_(v);
+    state.v_sum.select(-1, d).add_(1.0);
   } else {
-    torch::Tensor kf = KeyFeatures(k);
-    kv.baddbmm_(kf.reshape({rows * heads, m, 1}), v1.reshape({rows * heads, 1, d + 1}));
-    out = torch::bmm(qf.reshape({rows * heads, 1, m}), kv).view({rows, heads, d + 1});
+    qf = QueryFeatures(q);
+    key_features = KeyFeatures(k);
+  }
+  torch::Tensor q_sum = qf.sum(-1);
+  torch::Tensor kv = state.kv.view({flat, m, d + 1});
+  torch::Tensor out;
+  if (kernels::LinearStateStepSupported(kv)) {
+    out = kernels::LinearStateStep(kv, qf.reshape({flat, m}), key_features.reshape({flat, m}),
+                                   v.reshape({flat, d}),
+                                   decay.defined() ? decay.reshape({flat}) : torch::Tensor());
+  } else {
+    if (decay.defined()) kv.mul_(decay.reshape({flat, 1, 1}));
+    kv.baddbmm_(key_features.reshape({flat, m, 1}), AppendOne(v).reshape({flat, 1, d + 1}));
+    out = torch::bmm(qf.reshape({flat, 1, m}), kv);
+  }
+  out = out.view({rows, heads, d + 1});
+  if (kind_ == FeatureKind::kSoftmax) {
+    const double ratio = Ratio(m);
+    out = ratio * out + (ratio * kSoftmaxKernelEps) * q_sum.unsqueeze(-1) * state.v_sum;
   }
   torch::Tensor denominator = out.select(-1, d) + kCausalDenominatorEps * q_sum;
   return out.narrow(-1, 0, d) / denominator.unsqueeze(-1);

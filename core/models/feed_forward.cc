@@ -1,5 +1,7 @@
 #include "core/models/feed_forward.h"
 
+#include "core/models/linear_rows.h"
+
 namespace performer::models {
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult, bool glu) : glu_(glu) {
@@ -7,15 +9,16 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult, bool glu) : glu_(glu
   w2_ = register_module("w2", torch::nn::Linear(dim * mult, dim));
 }
 
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = w1_(x);
-  if (glu_) {
-    std::vector<torch::Tensor> halves = h.chunk(2, -1);
-    h = torch::gelu(halves[0]) * halves[1];
-  } else {
-    h = torch::gelu(h);
-  }
-  return w2_(h);
+torch::Tensor FeedForwardImpl::Activate(const torch::Tensor& h) const {
+  if (!glu_) return torch::gelu(h);
+  std::vector<torch::Tensor> halves = h.chunk(2, -1);
+  return torch::gelu(halves[0]) * halves[1];
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2_(Activate(w1_(x))); }
+
+torch::Tensor FeedForwardImpl::Step(const torch::Tensor& x) {
+  return LinearRows(w2_, Activate(LinearRows(w1_, x)).contiguous());
 }
 
 }  // namespace performer::models

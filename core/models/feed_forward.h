@@ -16,8 +16,12 @@ class FeedForwardImpl : public torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t mult, bool glu);
   // Position-wise: x [..., dim] -> [..., dim].
   torch::Tensor forward(const torch::Tensor& x);
+  // The same for rows x [B, dim] (decode step; see linear_rows.h).
+  torch::Tensor Step(const torch::Tensor& x);
 
  private:
+  torch::Tensor Activate(const torch::Tensor& h) const;
+
   bool glu_;
   torch::nn::Linear w1_{nullptr}, w2_{nullptr};
 };

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/models/linear_rows.h"
 #include "core/models/rotary.h"
 
 namespace performer::models {
@@ -79,29 +80,45 @@ torch::Tensor PerformerAttentionImpl::forward(
   return to_out_(MergeHeads(out));
 }
 
-torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+void PerformerAttentionImpl::PrepareForDecoding() {
+  torch::NoGradGuard no_grad;
+  qkv_weight_ = torch::cat({to_q_->weight, to_k_->weight, to_v_->weight}, 0).contiguous();
+  if (options_.qkv_bias) qkv_bias_ = torch::cat({to_q_->bias, to_k_->bias, to_v_->bias}, 0);
+}
+
+torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                                            const torch::Tensor& positions,
                                            SelfAttentionState& state) {
   const int64_t rows = x.size(0), gh = global_heads(), lh = options_.local_heads;
   const int64_t h = options_.heads, d = options_.dim_head;
-  torch::Tensor q = to_q_(x).view({rows, h, d});
-  torch::Tensor k = to_k_(x).view({rows, h, d});
-  torch::Tensor v = to_v_(x).view({rows, h, d});
+  torch::Tensor q, k, v;
+  if (qkv_weight_.defined()) {
+    std::vector<torch::Tensor> qkv =
+        LinearRows(qkv_weight_, qkv_bias_, x).view({rows, 3, h, d}).unbind(1);
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    q = LinearRows(to_q_, x).view({rows, h, d});
+    k = LinearRows(to_k_, x).view({rows, h, d});
+    v = LinearRows(to_v_, x).view({rows, h, d});
+  }
   std::vector<torch::Tensor> outs;
   if (gh > 0) {
     torch::Tensor qg = q.narrow(1, 0, gh), kg = k.narrow(1, 0, gh), vg = v.narrow(1, 0, gh);
-    if (rotary_rows.defined()) {
-      qg = ApplyInterleavedRotary(qg, rotary_rows.unsqueeze(1));
-      kg = ApplyInterleavedRotary(kg, rotary_rows.unsqueeze(1));
+    if (rotary.defined()) {
+      // q and k rotate together: one pass over [B, 2 gh, d].
+      InterleavedRotary rows_by_head{rotary.sin.unsqueeze(1), rotary.cos.unsqueeze(1)};
+      torch::Tensor qk = ApplyInterleavedRotary(torch::cat({qg, kg}, 1), rows_by_head);
+      qg = qk.narrow(1, 0, gh);
+      kg = qk.narrow(1, gh, gh);
     }
-    outs.push_back(fast_attention_->Step(qg, kg, vg, state));
+    outs.push_back(fast_attention_->Step(qg, kg, vg.contiguous(), state));
   }
   if (lh > 0) {
     outs.push_back(local_attn_->Step(q.narrow(1, gh, lh), k.narrow(1, gh, lh), v.narrow(1, gh, lh),
                                      positions, state.local_k, state.local_v));
   }
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
-  return to_out_(out.reshape({rows, h * d}));
+  return LinearRows(to_out_, out.reshape({rows, h * d}));
 }
 
 torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& context,
@@ -117,8 +134,8 @@ torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& cont
 torch::Tensor PerformerAttentionImpl::CrossStep(const torch::Tensor& x,
                                                 const torch::Tensor& summary) {
   const int64_t rows = x.size(0), h = options_.heads, d = options_.dim_head;
-  torch::Tensor q = to_q_(x).view({rows, h, d});
-  return to_out_(fast_attention_->AttendSummary(q, summary).reshape({rows, h * d}));
+  torch::Tensor q = LinearRows(to_q_, x).view({rows, h, d});
+  return LinearRows(to_out_, fast_attention_->AttendSummary(q, summary).reshape({rows, h * d}));
 }
 
 SelfAttentionState PerformerAttentionImpl::AllocateState(int64_t rows,

@@ -17,6 +17,7 @@
 #include "core/models/decode_state.h"
 #include "core/models/fast_attention.h"
 #include "core/models/local_attention.h"
+#include "core/models/rotary.h"
 
 namespace performer::models {
 
@@ -49,10 +50,14 @@ class PerformerAttentionImpl : public torch::nn::Module {
                         const torch::Tensor& mask, const torch::Tensor& context,
                         const torch::Tensor& context_mask, SelfAttentionState* capture = nullptr);
 
-  // One causal self-attention step: x [B, dim] at positions [B];
-  // rotary_rows [B, dim_head] or undefined.
-  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+  // One causal self-attention step: x [B, dim] at positions [B]; rotary
+  // rows [B, dim_head] (pre-interleaved) or undefined.
+  torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                      const torch::Tensor& positions, SelfAttentionState& state);
+
+  // Caches the concatenated q/k/v weights for Step (one GEMM instead of
+  // three). Call after the weights are loaded.
+  void PrepareForDecoding();
 
   // Cross attention: the constant summary of a context [b, m, dim] -> [b, h, m', d + 1].
   torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
@@ -75,6 +80,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
   FastAttention fast_attention_{nullptr};
   LocalAttention local_attn_{nullptr};
   torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
+  torch::Tensor qkv_weight_, qkv_bias_;  // PrepareForDecoding
 };
 TORCH_MODULE(PerformerAttention);
 

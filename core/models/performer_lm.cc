@@ -1,5 +1,7 @@
 #include "core/models/performer_lm.h"
 
+#include "core/models/linear_rows.h"
+
 namespace performer::models {
 
 PerformerLMImpl::PerformerLMImpl(const PerformerLMConfig& config) : config_(config) {
@@ -52,16 +54,26 @@ torch::Tensor PerformerLMImpl::forward(const torch::Tensor& tokens,
 torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens, DecodeState& state) {
   const torch::Tensor& positions = state.positions;
   torch::Tensor x = token_emb_(tokens) + pos_emb_->Rows(positions);
-  torch::Tensor rotary_rows;
-  if (layer_pos_emb_.defined()) rotary_rows = layer_pos_emb_.index_select(0, positions);
-  x = performer_->Step(x, rotary_rows, positions, state);
+  InterleavedRotary rotary;
+  if (layer_pos_emb_.defined()) {
+    rotary = (rotary_.defined() ? rotary_ : MakeInterleavedRotary(layer_pos_emb_)).Rows(positions);
+  }
+  x = performer_->Step(x, rotary, positions, state);
   state.positions.add_(1);
-  return Logits(norm_(x));
+  x = norm_(x);
+  return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
+                           : LinearRows(to_out_, x);
 }
 
 void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
                                 DecodeState& state) {
   performer_->InitCross(context, context_mask, state);
+}
+
+void PerformerLMImpl::PrepareForDecoding() {
+  torch::NoGradGuard no_grad;
+  if (layer_pos_emb_.defined()) rotary_ = MakeInterleavedRotary(layer_pos_emb_);
+  performer_->PrepareForDecoding();
 }
 
 DecodeState PerformerLMImpl::AllocateState(int64_t rows) const {

@@ -49,6 +49,11 @@ class PerformerLMImpl : public torch::nn::Module {
 
   DecodeState AllocateState(int64_t rows) const;
 
+  // Precomputes what Step reuses (interleaved rotary tables, fused q/k/v
+  // weights). Call once after the weights are loaded; Step works without
+  // it, only slower.
+  void PrepareForDecoding();
+
   const PerformerLMConfig& config() const { return config_; }
   const torch::nn::Embedding& token_emb() const { return token_emb_; }
   // Shares the token embedding of another model (PerformerEncDec tie_token_embeds).
@@ -61,6 +66,7 @@ class PerformerLMImpl : public torch::nn::Module {
   torch::nn::Embedding token_emb_{nullptr};
   PositionalEmbedding pos_emb_{nullptr};
   torch::Tensor layer_pos_emb_;  // [max_seq_len, dim_head] when rotary
+  InterleavedRotary rotary_;     // PrepareForDecoding
   PerformerStack performer_{nullptr};
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear to_out_{nullptr};

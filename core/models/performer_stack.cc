@@ -102,7 +102,13 @@ torch::Tensor PerformerStackImpl::forward(const torch::Tensor& x, const BranchIn
   return config_.reversible ? x1 + x2 : x1;
 }
 
-torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+void PerformerStackImpl::PrepareForDecoding() {
+  for (auto& [f, g] : pairs_) {
+    if (!f->is_cross()) f->attention()->PrepareForDecoding();
+  }
+}
+
+torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary_rows,
                                        const torch::Tensor& positions, DecodeState& state) {
   torch::Tensor x1 = x, x2 = x;
   for (size_t i = 0; i < pairs_.size(); ++i) {

@@ -36,8 +36,11 @@ class PerformerStackImpl : public torch::nn::Module {
                         DecodeState* capture = nullptr, DebugTrace* trace = nullptr);
 
   // x [B, dim] at positions [B] -> [B, dim].
-  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+  torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                      const torch::Tensor& positions, DecodeState& state);
+
+  // See PerformerAttentionImpl::PrepareForDecoding.
+  void PrepareForDecoding();
 
   // Folds a context [b, m, dim] into the cross-attention summaries of `state` rows [b].
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

@@ -2,10 +2,20 @@
 
 namespace performer::models {
 
+InterleavedRotary MakeInterleavedRotary(const torch::Tensor& table) {
+  const int64_t d = table.size(-1);
+  return {table.narrow(-1, 0, d / 2).repeat_interleave(2, -1).contiguous(),
+          table.narrow(-1, d / 2, d / 2).repeat_interleave(2, -1).contiguous()};
+}
+
 torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows) {
+  return ApplyInterleavedRotary(t, MakeInterleavedRotary(table_rows));
+}
+
+torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const InterleavedRotary& rows) {
   const int64_t d = t.size(-1);
-  torch::Tensor sin = table_rows.narrow(-1, 0, d / 2).repeat_interleave(2, -1);
-  torch::Tensor cos = table_rows.narrow(-1, d / 2, d / 2).repeat_interleave(2, -1);
+  const torch::Tensor& sin = rows.sin;
+  const torch::Tensor& cos = rows.cos;
   std::vector<int64_t> pair_shape = t.sizes().vec();
   pair_shape.back() = d / 2;
   pair_shape.push_back(2);

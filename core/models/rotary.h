@@ -14,6 +14,21 @@ namespace performer::models {
 // t [..., d]; table_rows [..., d] broadcastable against t (sines then cosines).
 torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows);
 
+// The sines and cosines of table rows, each repeated per pair [..., d]:
+// what ApplyInterleavedRotary computes on every call, precomputed once for
+// the decode step.
+struct InterleavedRotary {
+  torch::Tensor sin;
+  torch::Tensor cos;
+  bool defined() const { return sin.defined(); }
+  InterleavedRotary Rows(const torch::Tensor& positions) const {
+    return {sin.index_select(0, positions), cos.index_select(0, positions)};
+  }
+};
+InterleavedRotary MakeInterleavedRotary(const torch::Tensor& table);
+// t [..., d]; sin/cos [..., d] broadcastable against t.
+torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const InterleavedRotary& rows);
+
 // Angles for slots: slots [...] (any integer or float tensor) x inv_freq [d/2]
 // -> [..., d] (the d/2 angles twice, as local-attention concatenates them).
 torch::Tensor HalfRotaryAngles(const torch::Tensor& slots, const torch::Tensor& inv_freq);

@@ -1,0 +1,238 @@
+// Recurrent decoding of a PerformerLM, the numbers of issue 3, on the bench
+// model: vocab 256, dim 512, depth 6, heads 8, dim_head 64, nb_features 256,
+// causal (random weights; speed does not depend on them).
+//
+//   1. time per decoded token at positions 64, 4096 and 16384 (median step
+//      of 64 steps after a prefill of that length), with the state bytes per
+//      sequence next to the KV cache a softmax transformer of the same shape
+//      would hold at that position;
+//   2. 512 new tokens from a 16-token prompt, batch 1: recurrent decoding vs
+//      the full re-forward every step that performer-pytorch's generate() does;
+//   3. batched step throughput for batch 1, 8, 32, 64 against the machine's
+//      sgemm rate measured in the same run: efficiency = tokens/s x FLOPs per
+//      token / sgemm FLOP/s.
+//
+// Usage: decode_bench [--threads N] [--reforward-tokens K] (default all
+// cores, 512). Prints a markdown report. --profile B only runs 300 steps at
+// batch B (to look at with perf).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/decoding/performer_decoder.h"
+#include "core/models/performer_lm.h"
+#include "core/runtime/torch_runtime.h"
+
+namespace performer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+models::PerformerLMConfig BenchConfig() {
+  models::PerformerLMConfig c;
+  c.num_tokens = 256;
+  c.max_seq_len = 16384 + 256;
+  c.dim = 512;
+  c.depth = 6;
+  c.heads = 8;
+  c.dim_head = 64;
+  c.nb_features = 256;
+  c.causal = true;
+  return c;
+}
+
+models::LoadedModel BenchModel() {
+  models::LoadedModel m;
+  m.model_class = "PerformerLM";
+  m.lm = models::PerformerLM(BenchConfig());
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  for (auto& p : m.lm->named_parameters()) p.value().normal_(0.0, 0.02);
+  for (auto& b : m.lm->named_buffers()) b.value().normal_(0.0, 1.0);
+  m.lm->eval();
+  return m;
+}
+
+// Matmul FLOPs (2 per multiply-add) of one decoded token.
+double FlopsPerToken(const models::PerformerLMConfig& c) {
+  const double dim = c.dim, inner = c.heads * c.resolved_dim_head(), d = c.resolved_dim_head();
+  const double m = c.resolved_nb_features(), h = c.heads, hidden = c.dim * c.ff_mult;
+  const double projections = 2 * dim * inner * 3 + 2 * inner * dim;
+  const double feed_forward = 2 * dim * hidden * 2;
+  const double features = 2 * (2 * h * d * m);     // q' and k'
+  const double state = 2 * (2 * h * m * (d + 1));  // update and read-out
+  return c.depth * (projections + feed_forward + features + state) + 2 * dim * c.num_tokens;
+}
+
+double MeasureSgemmFlops() {
+  torch::NoGradGuard no_grad;
+  const int64_t n = 1024;
+  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c = torch::mm(a, b);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = Clock::now();
+    for (int i = 0; i < 4; ++i) torch::mm_out(c, a, b);
+    best = std::max(best, 4 * 2.0 * n * n * n / Seconds(start));
+  }
+  return best;
+}
+
+std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab) {
+  torch::Tensor t = torch::randint(vocab, {n}, torch::kLong);
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// --profile B: only 300 steps at batch B (for perf record).
+int Profile(int threads, int64_t batch) {
+  ConfigureTorchRuntime(threads);
+  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(), batch);
+  std::vector<decoding::SequenceId> ids;
+  for (int64_t i = 0; i < batch; ++i) {
+    ids.push_back(*decoder->Create());
+    (void)decoder->Prefill(ids.back(), {RandomTokens(16, 256), {}, {}});
+  }
+  std::vector<int64_t> tokens = RandomTokens(batch, 256);
+  for (int i = 0; i < 20; ++i) (void)decoder->Step(ids, tokens);
+  auto start = Clock::now();
+  for (int i = 0; i < 300; ++i) (void)decoder->Step(ids, tokens);
+  std::printf("batch %lld: %.3f ms per step\n", static_cast<long long>(batch),
+              Seconds(start) / 300 * 1e3);
+  return 0;
+}
+
+int Run(int threads, int64_t reforward_tokens) {
+  TorchRuntimeInfo runtime = ConfigureTorchRuntime(threads);
+  std::printf("# decode_bench\n\n%s\n\n", DescribeTorchRuntime(runtime).c_str());
+  models::LoadedModel model = BenchModel();
+  models::PerformerLM lm = model.lm;
+  const models::PerformerLMConfig config = BenchConfig();
+  auto decoder = *decoding::PerformerDecoder::Create(model, 64);
+  const int64_t state_bytes = decoder->info().state_bytes_per_sequence;
+  const int64_t kv_bytes_per_token = 2 * config.depth * config.heads * 64 * 4;
+
+  // 1. Flat per-token time.
+  std::printf("## Time per decoded token vs position (batch 1)\n\n");
+  std::printf(
+      "| position | prefill s | step ms (median of 64) | vs pos 64 | state bytes | softmax KV "
+      "cache bytes |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|\n");
+  double base_ms = 0;
+  for (int64_t position : {64, 4096, 16384}) {
+    decoding::SequenceId id = *decoder->Create();
+    auto start = Clock::now();
+    absl::StatusOr<torch::Tensor> logits =
+        decoder->Prefill(id, {RandomTokens(position, 256), {}, {}});
+    const double prefill_s = Seconds(start);
+    if (!logits.ok()) {
+      std::fprintf(stderr, "prefill failed: %s\n", std::string(logits.status().message()).c_str());
+      return 1;
+    }
+    std::vector<double> steps;
+    for (int i = 0; i < 64; ++i) {
+      const int64_t token = logits->argmax().item<int64_t>();
+      auto t0 = Clock::now();
+      absl::StatusOr<torch::Tensor> next = decoder->Step({id}, {token});
+      steps.push_back(Seconds(t0) * 1e3);
+      logits = (*next)[0];
+    }
+    (void)decoder->Release(id);
+    const double ms = Median(steps);
+    if (position == 64) base_ms = ms;
+    std::printf("| %lld | %.2f | %.3f | %.3f | %lld | %lld |\n", static_cast<long long>(position),
+                prefill_s, ms, ms / base_ms, static_cast<long long>(state_bytes),
+                static_cast<long long>(kv_bytes_per_token * position));
+    std::fflush(stdout);
+  }
+
+  // 2. Recurrent vs full re-forward.
+  std::printf("\n## %lld new tokens from a 16-token prompt, batch 1 (greedy)\n\n",
+              static_cast<long long>(reforward_tokens));
+  std::vector<int64_t> prompt = RandomTokens(16, 256);
+  auto start = Clock::now();
+  {
+    decoding::SequenceId id = *decoder->Create();
+    torch::Tensor logits = *decoder->Prefill(id, {prompt, {}, {}});
+    for (int64_t i = 0; i < reforward_tokens; ++i) {
+      logits = (*decoder->Step({id}, {logits.argmax().item<int64_t>()}))[0];
+    }
+    (void)decoder->Release(id);
+  }
+  const double recurrent_s = Seconds(start);
+  start = Clock::now();
+  {
+    torch::NoGradGuard no_grad;
+    torch::Tensor seq = torch::tensor(prompt, torch::kLong).unsqueeze(0);
+    for (int64_t i = 0; i < reforward_tokens; ++i) {
+      torch::Tensor next = lm(seq).select(1, seq.size(1) - 1).argmax(-1, true);
+      seq = torch::cat({seq, next}, 1);
+    }
+  }
+  const double reforward_s = Seconds(start);
+  std::printf("| method | seconds | tokens/s | speed-up |\n|---|---:|---:|---:|\n");
+  std::printf("| full re-forward (performer-pytorch generate) | %.2f | %.1f | 1.0 |\n", reforward_s,
+              reforward_tokens / reforward_s);
+  std::printf("| recurrent (PerformerDecoder) | %.3f | %.1f | %.1f |\n", recurrent_s,
+              reforward_tokens / recurrent_s, reforward_s / recurrent_s);
+  std::fflush(stdout);
+
+  // 3. Batched throughput.
+  const double sgemm = MeasureSgemmFlops();
+  const double flops = FlopsPerToken(config);
+  std::printf(
+      "\n## Batched step throughput\n\nsgemm (1024^3, best of 5): %.1f GFLOP/s; "
+      "FLOPs per token: %.1f M\n\n",
+      sgemm / 1e9, flops / 1e6);
+  std::printf("| batch | step ms | tokens/s | GFLOP/s | of sgemm |\n|---:|---:|---:|---:|---:|\n");
+  for (int64_t batch : {1, 8, 32, 64}) {
+    std::vector<decoding::SequenceId> ids;
+    for (int64_t i = 0; i < batch; ++i) {
+      ids.push_back(*decoder->Create());
+      (void)decoder->Prefill(ids.back(), {RandomTokens(16, 256), {}, {}});
+    }
+    std::vector<int64_t> tokens = RandomTokens(batch, 256);
+    for (int i = 0; i < 3; ++i) (void)decoder->Step(ids, tokens);
+    const int steps = 20;
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) (void)decoder->Step(ids, tokens);
+    const double s = Seconds(t0);
+    const double tokens_per_s = batch * steps / s;
+    std::printf("| %lld | %.2f | %.0f | %.1f | %.0f%% |\n", static_cast<long long>(batch),
+                s / steps * 1e3, tokens_per_s, tokens_per_s * flops / 1e9,
+                100.0 * tokens_per_s * flops / sgemm);
+    std::fflush(stdout);
+    for (decoding::SequenceId id : ids) (void)decoder->Release(id);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace performer
+
+int main(int argc, char** argv) {
+  int threads = 0;
+  int64_t reforward_tokens = 512;
+  int64_t profile_batch = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--profile") == 0) profile_batch = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--reforward-tokens") == 0) reforward_tokens = std::atoll(argv[i + 1]);
+  }
+  if (profile_batch > 0) return performer::Profile(threads, profile_batch);
+  return performer::Run(threads, reforward_tokens);
+}

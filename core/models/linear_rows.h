@@ -1,0 +1,18 @@
+// y = x W^T + b for a few rows x [B, in], as the decode step needs it.
+// OpenBLAS's sgemm packs the weight matrix on every call, which at batch 1
+// costs several times the matrix-vector product (measured: 0.30 ms vs 0.06 ms
+// for a 2048 x 512 layer), so small batches use one gemv per row and larger
+// ones W x^T (cheaper to pack than x W^T). Returns a contiguous [B, out].
+#pragma once
+
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+
+namespace performer::models {
+
+torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x);
+// Same with a bare weight [out, in] (tied embeddings) and no bias.
+torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
+                         const torch::Tensor& x);
+
+}  // namespace performer::models

@@ -1,0 +1,105 @@
+#include "kernels/cpu/linear_state_step_cpu.h"
+
+#include <ATen/Parallel.h>
+
+#include <vector>
+
+#include "kernels/cpu/simd.h"
+
+namespace performer::kernels::cpu {
+namespace {
+
+// One state row f: s = decay * s + kf * v1; acc += qf * s.
+template <typename V>
+PERFORMER_SIMD_INLINE void UpdateRow(float* row, const float* v1, float* acc, float decay, float kf,
+                                     float qf, int64_t columns) {
+  constexpr int64_t kLanes = static_cast<int64_t>(sizeof(V) / sizeof(float));
+  int64_t j = 0;
+  for (; j + kLanes <= columns; j += kLanes) {
+    V s, vv, a;
+    simd::Load(&s, row + j);
+    simd::Load(&vv, v1 + j);
+    simd::Load(&a, acc + j);
+    s = s * decay + vv * kf;
+    a += s * qf;
+    simd::Store(row + j, s);
+    simd::Store(acc + j, a);
+  }
+  for (; j < columns; ++j) {
+    const float s = row[j] * decay + v1[j] * kf;
+    row[j] = s;
+    acc[j] += s * qf;
+  }
+}
+
+struct StepArgs {
+  float* state;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* decay;  // may be null
+  float* out;
+  int64_t features;
+  int64_t columns;  // E + 1
+};
+
+template <int kBytes>
+PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t end) {
+  using V = typename simd::VecOf<float, kBytes>::type;
+  const int64_t m = a.features, c = a.columns;
+  std::vector<float> v1(static_cast<size_t>(c));
+  for (int64_t r = begin; r < end; ++r) {
+    std::copy(a.v + r * (c - 1), a.v + (r + 1) * (c - 1), v1.begin());
+    v1[static_cast<size_t>(c - 1)] = 1.0f;
+    float* acc = a.out + r * c;
+    std::fill(acc, acc + c, 0.0f);
+    const float decay = a.decay != nullptr ? a.decay[r] : 1.0f;
+    float* state = a.state + r * m * c;
+    const float* q = a.q + r * m;
+    const float* k = a.k + r * m;
+    for (int64_t f = 0; f < m; ++f)
+      UpdateRow<V>(state + f * c, v1.data(), acc, decay, k[f], q[f], c);
+  }
+}
+
+#if PERFORMER_SIMD_HAVE_AVX2
+PERFORMER_SIMD_TARGET_AVX2 void StepRowsAvx2(const StepArgs& a, int64_t begin, int64_t end) {
+  StepRows<32>(a, begin, end);
+}
+#endif
+
+void StepRowsPortable(const StepArgs& a, int64_t begin, int64_t end) {
+  StepRows<16>(a, begin, end);
+}
+
+}  // namespace
+
+torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
+                                     const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& decay) {
+  const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
+  torch::Tensor out = torch::empty({rows, columns}, state.options());
+  StepArgs args{state.data_ptr<float>(),
+                q.data_ptr<float>(),
+                k.data_ptr<float>(),
+                v.data_ptr<float>(),
+                decay.defined() ? decay.data_ptr<float>() : nullptr,
+                out.data_ptr<float>(),
+                features,
+                columns};
+  // About 64K state elements per task keeps the threads busy without
+  // splitting tiny states.
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, features * columns));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+#if PERFORMER_SIMD_HAVE_AVX2
+    if (simd::UseAvx2Fma()) {
+      StepRowsAvx2(args, begin, end);
+      return;
+    }
+#endif
+    StepRowsPortable(args, begin, end);
+  });
+  return out;
+}
+
+}  // namespace performer::kernels::cpu

@@ -1,0 +1,29 @@
+// Fused decode step of recurrent linear attention over a batch of states,
+// the hot loop of incremental decoding:
+//
+//   S[r] <- decay[r] * S[r] + k[r] (x) [v[r], 1]        S: (R, M, E + 1), in place
+//   out[r] = q[r] . S[r]                                out: (R, E + 1)
+//
+// The trailing column of S carries sum_j k_j, so one pass yields both the
+// numerator (out[:, :E]) and the normaliser (out[:, E]). Each state is read
+// and written exactly once (as separate tensor ops the update and the
+// read-out would stream it three times, and a step at batch 32 is bound by
+// that memory traffic). decay is (R,) or undefined (= 1): the softmax-kernel
+// decoder rescales its sums when the running key maximum grows.
+//
+// float32, CPU, S contiguous; q, k (R, M), v (R, E). Not differentiable
+// (inference only). Single entry point; CPU implementation in
+// kernels/cpu/linear_state_step_cpu.cc.
+#pragma once
+
+#include <torch/types.h>
+
+namespace performer::kernels {
+
+torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& decay = {});
+
+// True when LinearStateStep has a kernel for this state (device, dtype, layout).
+bool LinearStateStepSupported(const torch::Tensor& state);
+
+}  // namespace performer::kernels

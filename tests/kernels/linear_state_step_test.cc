@@ -1,0 +1,73 @@
+#include "kernels/linear_state_step.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "kernels/cpu/simd.h"
+#include "tests/testing/fixtures.h"
+
+namespace performer::kernels {
+namespace {
+
+// Plain LibTorch: S = decay S + k (x) [v, 1]; out = q . S.
+torch::Tensor ReferenceStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
+                            const torch::Tensor& v, const torch::Tensor& decay) {
+  torch::Tensor v1 = torch::cat({v, torch::ones({v.size(0), 1}, v.options())}, 1);
+  if (decay.defined()) state.mul_(decay.view({-1, 1, 1}));
+  state.add_(k.unsqueeze(-1) * v1.unsqueeze(1));
+  return torch::bmm(q.unsqueeze(1), state).squeeze(1);
+}
+
+class LinearStateStepTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { cpu::simd::ForcePortableForTesting() = GetParam(); }
+  void TearDown() override { cpu::simd::ForcePortableForTesting() = false; }
+};
+
+TEST_P(LinearStateStepTest, MatchesTensorOpsOverSeveralSteps) {
+  torch::manual_seed(3);
+  for (auto [rows, features, dims] :
+       {std::tuple<int64_t, int64_t, int64_t>{5, 7, 3}, {16, 33, 64}, {3, 256, 64}, {1, 1, 1}}) {
+    torch::Tensor state = torch::randn({rows, features, dims + 1});
+    torch::Tensor expected_state = state.clone();
+    for (int step = 0; step < 3; ++step) {
+      torch::Tensor q = torch::rand({rows, features}), k = torch::rand({rows, features});
+      torch::Tensor v = torch::randn({rows, dims});
+      torch::Tensor decay = step == 1 ? torch::rand({rows}) : torch::Tensor();
+      torch::Tensor out = LinearStateStep(state, q, k, v, decay);
+      torch::Tensor expected = ReferenceStep(expected_state, q, k, v, decay);
+      EXPECT_TENSOR_CLOSE(out, expected, 1e-4, 1e-5);
+      EXPECT_TENSOR_CLOSE(state, expected_state, 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST_P(LinearStateStepTest, UpdatesAViewOfAPoolInPlace) {
+  torch::Tensor pool = torch::zeros({6, 4, 3});
+  torch::Tensor rows = pool.narrow(0, 2, 3);
+  LinearStateStep(rows, torch::ones({3, 4}), torch::ones({3, 4}), torch::ones({3, 2}));
+  EXPECT_EQ(pool.narrow(0, 2, 3).sum().item<float>(), 3 * 4 * 3);
+  EXPECT_EQ(pool.narrow(0, 0, 2).abs().sum().item<float>(), 0);
+  EXPECT_EQ(pool.narrow(0, 5, 1).abs().sum().item<float>(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Simd, LinearStateStepTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("Portable") : std::string("Native");
+                         });
+
+TEST(LinearStateStepChecks, BadShapesAreErrors) {
+  torch::Tensor state = torch::zeros({2, 4, 3});
+  EXPECT_THROW(
+      LinearStateStep(state, torch::ones({2, 5}), torch::ones({2, 4}), torch::ones({2, 2})),
+      c10::Error);
+  EXPECT_THROW(
+      LinearStateStep(state, torch::ones({2, 4}), torch::ones({2, 4}), torch::ones({2, 3})),
+      c10::Error);
+  torch::Tensor doubles = torch::zeros({2, 4, 3}, torch::kDouble);
+  EXPECT_FALSE(LinearStateStepSupported(doubles));
+  EXPECT_FALSE(LinearStateStepSupported(torch::zeros({4, 3, 2}).transpose(0, 1)));
+}
+
+}  // namespace
+}  // namespace performer::kernels
