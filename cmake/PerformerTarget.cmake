@@ -5,6 +5,9 @@ function(performer_target_defaults target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-unused-parameter>)
   target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  # Every target (the precompiled header's included) gets the same OpenMP
+  # flags: see find_package(OpenMP) in the top-level CMakeLists.txt.
+  target_link_libraries(${target} PUBLIC OpenMP::OpenMP_CXX)
 endfunction()
 
 # Adds the torch precompiled header to a target that includes torch. The

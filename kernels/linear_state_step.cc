@@ -12,8 +12,10 @@ bool LinearStateStepSupported(const torch::Tensor& state) {
          state.is_contiguous();
 }
 
-torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, const torch::Tensor& decay) {
+namespace {
+
+void CheckStepInputs(const torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
+                     const torch::Tensor& v, const torch::Tensor& decay) {
   CheckKernelDevice("LinearStateStep", state, {&q, &k, &v});
   TORCH_CHECK(LinearStateStepSupported(state),
               "LinearStateStep: state must be a contiguous float32 (R, M, E+1) CPU tensor, got ",
@@ -27,9 +29,34 @@ torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, cons
               v.sizes());
   TORCH_CHECK(!decay.defined() || decay.sizes() == torch::IntArrayRef({rows}),
               "LinearStateStep: decay must be (R,)");
-  auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat).contiguous(); };
-  return cpu::LinearStateStepForward(state, f32(q), f32(k), f32(v),
-                                     decay.defined() ? f32(decay) : torch::Tensor());
+}
+
+torch::Tensor F32(const torch::Tensor& t) {
+  return t.defined() ? t.to(torch::kFloat).contiguous() : t;
+}
+
+}  // namespace
+
+torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& decay) {
+  CheckStepInputs(state, q, k, v, decay);
+  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay));
+}
+
+torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tensor& q,
+                                        const torch::Tensor& k, const torch::Tensor& v,
+                                        const torch::Tensor& decay, torch::Tensor sums,
+                                        double scale, double offset, double eps) {
+  CheckStepInputs(state, q, k, v, decay);
+  TORCH_CHECK(
+      !sums.defined() ||
+          (sums.sizes() == torch::IntArrayRef({state.size(0), state.size(2)}) &&
+           sums.scalar_type() == torch::kFloat && sums.is_contiguous() && sums.device().is_cpu()),
+      "LinearStateStep: sums must be a contiguous float32 (R, E+1) CPU tensor");
+  cpu::StepNormalization norm{sums.defined() ? sums.data_ptr<float>() : nullptr,
+                              static_cast<float>(scale), static_cast<float>(offset),
+                              static_cast<float>(eps)};
+  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay), &norm);
 }
 
 }  // namespace performer::kernels

@@ -23,6 +23,19 @@ namespace performer::kernels {
 torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& decay = {});
 
+// The same step followed by the normalisation of causal linear attention,
+// so that no per-step elementwise pass is left to the caller:
+//   sums[r] += [v[r], 1]                       (sums (R, E + 1) in place; optional)
+//   n = scale * out[r] + offset * (sum_f q[r, f]) * sums[r]
+//   y[r] = n[:E] / (n[E] + eps * sum_f q[r, f])        -> (R, E)
+// The FAVOR+ decoder uses offset = scale * 1e-4 (the kernel epsilon of every
+// key feature, kept out of the state) and eps = 1e-6; plain linear attention
+// uses scale 1, offset 0 and no sums.
+torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tensor& q,
+                                        const torch::Tensor& k, const torch::Tensor& v,
+                                        const torch::Tensor& decay, torch::Tensor sums,
+                                        double scale, double offset, double eps);
+
 // True when LinearStateStep has a kernel for this state (device, dtype, layout).
 bool LinearStateStepSupported(const torch::Tensor& state);
 

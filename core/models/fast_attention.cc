@@ -82,49 +82,65 @@ void FastAttentionImpl::InitState(const torch::Tensor& k, const torch::Tensor& v
   state.kv.copy_(torch::matmul(KeyFeatures(k).transpose(-1, -2), v1));
 }
 
-torch::Tensor FastAttentionImpl::Step(const torch::Tensor& q, const torch::Tensor& k,
-                                      const torch::Tensor& v, SelfAttentionState& state) const {
-  const int64_t rows = q.size(0), heads = q.size(1), d = v.size(-1);
+void FastAttentionImpl::PrepareForDecoding() {
+  torch::NoGradGuard no_grad;
+  const double c = std::pow(static_cast<double>(config_.dim_heads), -0.25);
+  scaled_projection_t_ = (projection_matrix_ * c).t().contiguous();
+}
+
+torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tensor& v,
+                                      SelfAttentionState& state) const {
+  const int64_t rows = qk.size(0), heads = qk.size(1) / 2, d = v.size(-1);
   const int64_t m = feature_dim(), flat = rows * heads;
-  torch::Tensor qf, key_features, decay;
+  torch::Tensor q_features, key_features, decay, sums;
+  double scale = 1.0, offset = 0.0, eps = kCausalDenominatorEps;
   if (kind_ == FeatureKind::kSoftmax) {
-    // q and k share one projection; running key maximum: when it grows the
-    // sums are rescaled (decay < 1).
-    torch::Tensor qk = torch::cat({q, k}, 1);
-    torch::Tensor u_all = ProjectFeatures(qk, projection_matrix_);
-    torch::Tensor diag = SoftmaxKernelDiag(qk);
-    torch::Tensor uq = u_all.narrow(1, 0, heads), u = u_all.narrow(1, heads, heads);
-    qf = Ratio(m) * (torch::exp(uq - diag.narrow(1, 0, heads) - std::get<0>(uq.max(-1, true))) +
-                     kSoftmaxKernelEps);
-    torch::Tensor new_max = torch::maximum(state.key_max, u.amax(-1));
+    // One projection for q and k. q' = r (e_q + 1e-4) and k' = r (e_k + 1e-4)
+    // with e_k in the frame of the running key maximum (rescaled by decay
+    // when it grows); the kernel gets e_q + 1e-4 and e_k, and the factors r
+    // and the 1e-4 of every key go into scale/offset/eps.
+    torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(qk, scaled_projection_t_)
+                                                     : ProjectFeatures(qk, projection_matrix_);
+    torch::Tensor diag = SoftmaxKernelDiag(qk).squeeze(-1);
+    torch::Tensor uq = u.narrow(1, 0, heads), uk = u.narrow(1, heads, heads);
+    q_features = torch::exp(uq - (diag.narrow(1, 0, heads) + uq.amax(-1)).unsqueeze(-1))
+                     .add_(kSoftmaxKernelEps);
+    torch::Tensor new_max = torch::maximum(state.key_max, uk.amax(-1));
     decay = torch::exp(state.key_max - new_max);
-    key_features = torch::exp(u - diag.narrow(1, heads, heads) - new_max.unsqueeze(-1));
+    key_features = torch::exp(uk - (diag.narrow(1, heads, heads) + new_max).unsqueeze(-1));
     state.key_max.copy_(new_max);
-    state.v_sum.narrow(-1, 0, d).add_(v);
-    state.v_sum.select(-1, d).add_(1.0);
-  } else {
-    qf = QueryFeatures(q);
-    key_features = KeyFeatures(k);
-  }
-  torch::Tensor q_sum = qf.sum(-1);
-  torch::Tensor kv = state.kv.view({flat, m, d + 1});
-  torch::Tensor out;
-  if (kernels::LinearStateStepSupported(kv)) {
-    out = kernels::LinearStateStep(kv, qf.reshape({flat, m}), key_features.reshape({flat, m}),
-                                   v.reshape({flat, d}),
-                                   decay.defined() ? decay.reshape({flat}) : torch::Tensor());
-  } else {
-    if (decay.defined()) kv.mul_(decay.reshape({flat, 1, 1}));
-    kv.baddbmm_(key_features.reshape({flat, m, 1}), AppendOne(v).reshape({flat, 1, d + 1}));
-    out = torch::bmm(qf.reshape({flat, 1, m}), kv);
-  }
-  out = out.view({rows, heads, d + 1});
-  if (kind_ == FeatureKind::kSoftmax) {
     const double ratio = Ratio(m);
-    out = ratio * out + (ratio * kSoftmaxKernelEps) * q_sum.unsqueeze(-1) * state.v_sum;
+    scale = ratio * ratio;
+    offset = scale * kSoftmaxKernelEps;
+    eps = kCausalDenominatorEps * ratio;
+    sums = state.v_sum.view({flat, d + 1});
+  } else {
+    q_features = QueryFeatures(qk.narrow(1, 0, heads));
+    key_features = KeyFeatures(qk.narrow(1, heads, heads));
   }
-  torch::Tensor denominator = out.select(-1, d) + kCausalDenominatorEps * q_sum;
-  return out.narrow(-1, 0, d) / denominator.unsqueeze(-1);
+  torch::Tensor kv = state.kv.view({flat, m, d + 1});
+  q_features = q_features.reshape({flat, m});
+  key_features = key_features.reshape({flat, m});
+  torch::Tensor v_flat = v.reshape({flat, d});
+  if (decay.defined()) decay = decay.reshape({flat});
+  if (kernels::LinearStateStepSupported(kv) && (!sums.defined() || sums.is_contiguous())) {
+    return kernels::LinearStateStepNormalized(kv, q_features, key_features, v_flat, decay, sums,
+                                              scale, offset, eps)
+        .view({rows, heads, d});
+  }
+  // Tensor-op form of the same step (devices without the kernel).
+  if (decay.defined()) kv.mul_(decay.view({flat, 1, 1}));
+  torch::Tensor v1 = AppendOne(v_flat);
+  kv.baddbmm_(key_features.unsqueeze(-1), v1.unsqueeze(1));
+  torch::Tensor out = torch::bmm(q_features.unsqueeze(1), kv).squeeze(1);
+  torch::Tensor q_sum = q_features.sum(-1, /*keepdim=*/true);
+  out = out * scale;
+  if (sums.defined()) {
+    sums.add_(v1);
+    out = out + offset * q_sum * sums;
+  }
+  torch::Tensor denominator = out.narrow(-1, d, 1) + eps * q_sum;
+  return (out.narrow(-1, 0, d) / denominator).view({rows, heads, d});
 }
 
 torch::Tensor FastAttentionImpl::Summarize(const torch::Tensor& k, const torch::Tensor& v) const {

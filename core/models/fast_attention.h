@@ -38,10 +38,14 @@ class FastAttentionImpl : public torch::nn::Module {
   // values of whole sequences [b, h, n, d] (the prompt), in the frame the
   // full forward used.
   void InitState(const torch::Tensor& k, const torch::Tensor& v, SelfAttentionState& state) const;
-  // One causal step: q, k, v [B, h, d] for the rows of `state`; updates the
-  // state in place and returns [B, h, d].
-  torch::Tensor Step(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+  // One causal step for the rows of `state`: qk [B, 2h, d] (the h query
+  // heads, then the h key heads), v [B, h, d]; updates the state in place and
+  // returns [B, h, d]. Uses kernels::LinearStateStepNormalized on the CPU.
+  torch::Tensor Step(const torch::Tensor& qk, const torch::Tensor& v,
                      SelfAttentionState& state) const;
+
+  // Precomputes the projection scaled by the data normaliser for Step.
+  void PrepareForDecoding();
 
   // Non-causal constant summary of a context (cross attention): kv [b, h, m, d+1].
   torch::Tensor Summarize(const torch::Tensor& k, const torch::Tensor& v) const;
@@ -62,6 +66,7 @@ class FastAttentionImpl : public torch::nn::Module {
   FeatureKind kind_;
   int64_t nb_features_;
   torch::Tensor projection_matrix_;
+  torch::Tensor scaled_projection_t_;  // (d^-1/4 P)^T, PrepareForDecoding
 };
 TORCH_MODULE(FastAttention);
 

@@ -84,6 +84,7 @@ void PerformerAttentionImpl::PrepareForDecoding() {
   torch::NoGradGuard no_grad;
   qkv_weight_ = torch::cat({to_q_->weight, to_k_->weight, to_v_->weight}, 0).contiguous();
   if (options_.qkv_bias) qkv_bias_ = torch::cat({to_q_->bias, to_k_->bias, to_v_->bias}, 0);
+  fast_attention_->PrepareForDecoding();
 }
 
 torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
@@ -91,31 +92,26 @@ torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const Interle
                                            SelfAttentionState& state) {
   const int64_t rows = x.size(0), gh = global_heads(), lh = options_.local_heads;
   const int64_t h = options_.heads, d = options_.dim_head;
-  torch::Tensor q, k, v;
+  torch::Tensor qkv;  // [B, 3, h, d]
   if (qkv_weight_.defined()) {
-    std::vector<torch::Tensor> qkv =
-        LinearRows(qkv_weight_, qkv_bias_, x).view({rows, 3, h, d}).unbind(1);
-    q = qkv[0], k = qkv[1], v = qkv[2];
+    qkv = LinearRows(qkv_weight_, qkv_bias_, x).view({rows, 3, h, d});
   } else {
-    q = LinearRows(to_q_, x).view({rows, h, d});
-    k = LinearRows(to_k_, x).view({rows, h, d});
-    v = LinearRows(to_v_, x).view({rows, h, d});
+    qkv = torch::stack({LinearRows(to_q_, x), LinearRows(to_k_, x), LinearRows(to_v_, x)}, 1)
+              .view({rows, 3, h, d});
   }
   std::vector<torch::Tensor> outs;
   if (gh > 0) {
-    torch::Tensor qg = q.narrow(1, 0, gh), kg = k.narrow(1, 0, gh), vg = v.narrow(1, 0, gh);
-    if (rotary.defined()) {
-      // q and k rotate together: one pass over [B, 2 gh, d].
-      InterleavedRotary rows_by_head{rotary.sin.unsqueeze(1), rotary.cos.unsqueeze(1)};
-      torch::Tensor qk = ApplyInterleavedRotary(torch::cat({qg, kg}, 1), rows_by_head);
-      qg = qk.narrow(1, 0, gh);
-      kg = qk.narrow(1, gh, gh);
-    }
-    outs.push_back(fast_attention_->Step(qg, kg, vg.contiguous(), state));
+    // [B, 2 gh, d]: the global query heads, then the global key heads (a view
+    // when every head is global).
+    torch::Tensor qk = gh == h ? qkv.narrow(1, 0, 2).reshape({rows, 2 * h, d})
+                               : qkv.narrow(1, 0, 2).narrow(2, 0, gh).reshape({rows, 2 * gh, d});
+    if (rotary.defined()) qk = ApplyInterleavedRotary(qk, rotary.Unsqueeze(1));
+    outs.push_back(fast_attention_->Step(qk, qkv.select(1, 2).narrow(1, 0, gh), state));
   }
   if (lh > 0) {
-    outs.push_back(local_attn_->Step(q.narrow(1, gh, lh), k.narrow(1, gh, lh), v.narrow(1, gh, lh),
-                                     positions, state.local_k, state.local_v));
+    outs.push_back(local_attn_->Step(
+        qkv.select(1, 0).narrow(1, gh, lh), qkv.select(1, 1).narrow(1, gh, lh),
+        qkv.select(1, 2).narrow(1, gh, lh), positions, state.local_k, state.local_v));
   }
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
   return LinearRows(to_out_, out.reshape({rows, h * d}));

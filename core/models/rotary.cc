@@ -4,8 +4,14 @@ namespace performer::models {
 
 InterleavedRotary MakeInterleavedRotary(const torch::Tensor& table) {
   const int64_t d = table.size(-1);
-  return {table.narrow(-1, 0, d / 2).repeat_interleave(2, -1).contiguous(),
-          table.narrow(-1, d / 2, d / 2).repeat_interleave(2, -1).contiguous()};
+  torch::Tensor sin = table.narrow(-1, 0, d / 2).repeat_interleave(2, -1).contiguous();
+  torch::Tensor cos = table.narrow(-1, d / 2, d / 2).repeat_interleave(2, -1).contiguous();
+  std::vector<int64_t> pair_shape = sin.sizes().vec();
+  pair_shape.back() = d / 2;
+  pair_shape.push_back(2);
+  torch::Tensor signs = torch::tensor({-1.0f, 1.0f}, sin.options());
+  torch::Tensor signed_sin = (sin.reshape(pair_shape) * signs).reshape(sin.sizes()).contiguous();
+  return {sin, cos, signed_sin};
 }
 
 torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows) {
@@ -14,15 +20,11 @@ torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor
 
 torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const InterleavedRotary& rows) {
   const int64_t d = t.size(-1);
-  const torch::Tensor& sin = rows.sin;
-  const torch::Tensor& cos = rows.cos;
   std::vector<int64_t> pair_shape = t.sizes().vec();
   pair_shape.back() = d / 2;
   pair_shape.push_back(2);
-  torch::Tensor pairs = t.reshape(pair_shape);
-  torch::Tensor rotated =
-      torch::stack({-pairs.select(-1, 1), pairs.select(-1, 0)}, -1).reshape(t.sizes());
-  return t * cos + rotated * sin;
+  torch::Tensor swapped = t.reshape(pair_shape).flip(-1).reshape(t.sizes());
+  return torch::addcmul(t * rows.cos, swapped, rows.signed_sin);
 }
 
 torch::Tensor HalfRotaryAngles(const torch::Tensor& slots, const torch::Tensor& inv_freq) {

@@ -17,16 +17,23 @@ torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor
 // The sines and cosines of table rows, each repeated per pair [..., d]:
 // what ApplyInterleavedRotary computes on every call, precomputed once for
 // the decode step.
+// signed_sin is sin with the even entries negated, so that the rotation is
+// t * cos + swap_pairs(t) * signed_sin (three elementwise passes).
 struct InterleavedRotary {
   torch::Tensor sin;
   torch::Tensor cos;
+  torch::Tensor signed_sin;
   bool defined() const { return sin.defined(); }
   InterleavedRotary Rows(const torch::Tensor& positions) const {
-    return {sin.index_select(0, positions), cos.index_select(0, positions)};
+    return {sin.index_select(0, positions), cos.index_select(0, positions),
+            signed_sin.index_select(0, positions)};
+  }
+  InterleavedRotary Unsqueeze(int64_t dim) const {
+    return {sin.unsqueeze(dim), cos.unsqueeze(dim), signed_sin.unsqueeze(dim)};
   }
 };
 InterleavedRotary MakeInterleavedRotary(const torch::Tensor& table);
-// t [..., d]; sin/cos [..., d] broadcastable against t.
+// t [..., d]; the rows' tensors [..., d] broadcastable against t.
 torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const InterleavedRotary& rows);
 
 // Angles for slots: slots [...] (any integer or float tensor) x inv_freq [d/2]

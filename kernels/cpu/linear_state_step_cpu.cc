@@ -40,25 +40,41 @@ struct StepArgs {
   const float* decay;  // may be null
   float* out;
   int64_t features;
-  int64_t columns;  // E + 1
+  int64_t columns;                // E + 1
+  const StepNormalization* norm;  // may be null
 };
 
 template <int kBytes>
 PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t end) {
   using V = typename simd::VecOf<float, kBytes>::type;
-  const int64_t m = a.features, c = a.columns;
-  std::vector<float> v1(static_cast<size_t>(c));
+  const int64_t m = a.features, c = a.columns, e = c - 1;
+  std::vector<float> v1(static_cast<size_t>(c)), scratch(static_cast<size_t>(c));
   for (int64_t r = begin; r < end; ++r) {
-    std::copy(a.v + r * (c - 1), a.v + (r + 1) * (c - 1), v1.begin());
-    v1[static_cast<size_t>(c - 1)] = 1.0f;
-    float* acc = a.out + r * c;
+    std::copy(a.v + r * e, a.v + (r + 1) * e, v1.begin());
+    v1[static_cast<size_t>(e)] = 1.0f;
+    float* acc = a.norm != nullptr ? scratch.data() : a.out + r * c;
     std::fill(acc, acc + c, 0.0f);
     const float decay = a.decay != nullptr ? a.decay[r] : 1.0f;
     float* state = a.state + r * m * c;
     const float* q = a.q + r * m;
     const float* k = a.k + r * m;
-    for (int64_t f = 0; f < m; ++f)
+    float q_sum = 0.0f;
+    for (int64_t f = 0; f < m; ++f) {
       UpdateRow<V>(state + f * c, v1.data(), acc, decay, k[f], q[f], c);
+      q_sum += q[f];
+    }
+    if (a.norm == nullptr) continue;
+    const StepNormalization& n = *a.norm;
+    float* sums = n.sums != nullptr ? n.sums + r * c : nullptr;
+    if (sums != nullptr) {
+      for (int64_t j = 0; j < c; ++j) sums[j] += v1[static_cast<size_t>(j)];
+    }
+    auto normalised = [&](int64_t j) {
+      return n.scale * acc[j] + (sums != nullptr ? n.offset * q_sum * sums[j] : 0.0f);
+    };
+    const float denominator = normalised(e) + n.eps * q_sum;
+    float* out = a.out + r * e;
+    for (int64_t j = 0; j < e; ++j) out[j] = normalised(j) / denominator;
   }
 }
 
@@ -76,9 +92,10 @@ void StepRowsPortable(const StepArgs& a, int64_t begin, int64_t end) {
 
 torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
                                      const torch::Tensor& k, const torch::Tensor& v,
-                                     const torch::Tensor& decay) {
+                                     const torch::Tensor& decay, const StepNormalization* norm) {
   const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
-  torch::Tensor out = torch::empty({rows, columns}, state.options());
+  torch::Tensor out =
+      torch::empty({rows, norm != nullptr ? columns - 1 : columns}, state.options());
   StepArgs args{state.data_ptr<float>(),
                 q.data_ptr<float>(),
                 k.data_ptr<float>(),
@@ -86,7 +103,8 @@ torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& 
                 decay.defined() ? decay.data_ptr<float>() : nullptr,
                 out.data_ptr<float>(),
                 features,
-                columns};
+                columns,
+                norm};
   // About 64K state elements per task keeps the threads busy without
   // splitting tiny states.
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, features * columns));

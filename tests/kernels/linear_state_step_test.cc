@@ -71,3 +71,29 @@ TEST(LinearStateStepChecks, BadShapesAreErrors) {
 
 }  // namespace
 }  // namespace performer::kernels
+
+namespace performer::kernels {
+namespace {
+
+TEST(LinearStateStepNormalizedTest, MatchesTheFormula) {
+  torch::manual_seed(9);
+  const int64_t rows = 6, features = 20, dims = 5;
+  torch::Tensor state = torch::rand({rows, features, dims + 1});
+  torch::Tensor sums = torch::rand({rows, dims + 1});
+  torch::Tensor q = torch::rand({rows, features}), k = torch::rand({rows, features});
+  torch::Tensor v = torch::randn({rows, dims}), decay = torch::rand({rows});
+  torch::Tensor expected_state = state.clone(), expected_sums = sums.clone();
+  torch::Tensor raw = ReferenceStep(expected_state, q, k, v, decay);
+  expected_sums.add_(torch::cat({v, torch::ones({rows, 1})}, 1));
+  const double scale = 0.3, offset = 0.02, eps = 1e-3;
+  torch::Tensor q_sum = q.sum(-1, true);
+  torch::Tensor n = scale * raw + offset * q_sum * expected_sums;
+  torch::Tensor expected = n.narrow(1, 0, dims) / (n.narrow(1, dims, 1) + eps * q_sum);
+  torch::Tensor out = LinearStateStepNormalized(state, q, k, v, decay, sums, scale, offset, eps);
+  EXPECT_TENSOR_CLOSE(out, expected, 1e-5, 1e-5);
+  EXPECT_TENSOR_CLOSE(sums, expected_sums, 1e-6, 1e-6);
+  EXPECT_TENSOR_CLOSE(state, expected_state, 1e-5, 1e-5);
+}
+
+}  // namespace
+}  // namespace performer::kernels

@@ -262,3 +262,36 @@ TEST(PerformerDecoderTest, SeededSamplingIsReproducible) {
 
 }  // namespace
 }  // namespace performer::decoding
+
+namespace performer::decoding {
+namespace {
+
+// A float64 model takes the tensor-op form of the step (the fused CPU
+// kernel is float32 only, like the path devices without it take); both
+// forms must agree.
+TEST(PerformerDecoderTest, TensorOpStepMatchesFusedKernelStep) {
+  for (bool generalized : {false, true}) {
+    PerformerLMConfig config = TinyLMConfig();
+    config.generalized_attention = generalized;
+    config.local_attn_heads = {1};
+    config.local_window_size = 4;
+    models::LoadedModel wide = RandomLM(config, 11);
+    wide.lm->to(torch::kDouble);
+    auto fused = *PerformerDecoder::Create(RandomLM(config, 11), 2);
+    auto tensor_ops = *PerformerDecoder::Create(std::move(wide), 2);
+    SequenceId a = *fused->Create(), b = *tensor_ops->Create();
+    ASSERT_TRUE(fused->Prefill(a, {{1, 2, 3}, {}, {}}).ok());
+    ASSERT_TRUE(tensor_ops->Prefill(b, {{1, 2, 3}, {}, {}}).ok());
+    for (int step = 0; step < 20; ++step) {
+      const int64_t token = (step * 5 + 1) % config.num_tokens;
+      torch::Tensor x = (*fused->Step({a}, {token}))[0];
+      torch::Tensor y = (*tensor_ops->Step({b}, {token}))[0];
+      EXPECT_EQ(y.scalar_type(), torch::kDouble);
+      SCOPED_TRACE("step " + std::to_string(step));
+      EXPECT_TENSOR_CLOSE(x, y.to(torch::kFloat), 2e-4, 1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace performer::decoding

@@ -1,0 +1,156 @@
+#include "kernels/cpu/skinny_linear_cpu.h"
+
+#include <ATen/Parallel.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/simd.h"
+
+namespace performer::kernels::cpu {
+namespace {
+
+constexpr int64_t kOutBlock = 4;  // weight rows per block (kept in L1)
+constexpr int64_t kRowBlock = 3;  // x rows per micro-kernel call
+
+struct LinearArgs {
+  const float* x;
+  const float* w;
+  const float* bias;  // may be null
+  float* y;
+  int64_t rows;
+  int64_t in;
+  int64_t out;
+};
+
+// Portable micro-kernel: kRows x rows against `outs` (<= 4) weight rows with
+// GCC vector extensions (16-byte vectors: SSE2, any x86-64 CPU).
+template <int kRows>
+PERFORMER_SIMD_INLINE void MicroPortable(const LinearArgs& a, int64_t r0, int64_t o0,
+                                         int64_t outs) {
+  using V = simd::VecOf<float, 16>::type;
+  constexpr int64_t kLanes = simd::VecOf<float, 16>::kLanes;
+  V acc[kRows][kOutBlock] = {};
+  const int64_t k_vec = a.in / kLanes * kLanes;
+  const float* w_rows[kOutBlock];
+  for (int64_t o = 0; o < kOutBlock; ++o) w_rows[o] = a.w + (o0 + (o < outs ? o : 0)) * a.in;
+  for (int64_t k = 0; k < k_vec; k += kLanes) {
+    V w[kOutBlock];
+#pragma GCC unroll 4
+    for (int64_t o = 0; o < kOutBlock; ++o) simd::Load(&w[o], w_rows[o] + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      V xv;
+      simd::Load(&xv, a.x + (r0 + r) * a.in + k);
+#pragma GCC unroll 4
+      for (int64_t o = 0; o < kOutBlock; ++o) acc[r][o] += xv * w[o];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t o = 0; o < outs; ++o) {
+      float s = 0;
+      for (int64_t l = 0; l < kLanes; ++l) s += acc[r][o][l];
+      const float* xr = a.x + (r0 + r) * a.in;
+      const float* wr = a.w + (o0 + o) * a.in;
+      for (int64_t k = k_vec; k < a.in; ++k) s += xr[k] * wr[k];
+      a.y[(r0 + r) * a.out + o0 + o] = s + (a.bias != nullptr ? a.bias[o0 + o] : 0.0f);
+    }
+  }
+}
+
+void BlocksPortable(const LinearArgs& a, int64_t block_begin, int64_t block_end) {
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
+    int64_t r = 0;
+    for (; r + kRowBlock <= a.rows; r += kRowBlock) MicroPortable<kRowBlock>(a, r, o0, outs);
+    for (; r < a.rows; ++r) MicroPortable<1>(a, r, o0, outs);
+  }
+}
+
+#if PERFORMER_SIMD_HAVE_AVX2
+PERFORMER_SIMD_TARGET_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// AVX2+FMA micro-kernel: kRows x rows against 4 weight rows (zero-padded
+// pointers are never formed: missing weight rows reuse row 0 and are not
+// stored).
+template <int kRows>
+PERFORMER_SIMD_TARGET_AVX2 inline void MicroAvx2(const LinearArgs& a, int64_t r0, int64_t o0,
+                                                 int64_t outs) {
+  __m256 acc[kRows][kOutBlock];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int o = 0; o < kOutBlock; ++o) acc[r][o] = _mm256_setzero_ps();
+  }
+  const float* w[kOutBlock];
+  for (int64_t o = 0; o < kOutBlock; ++o) w[o] = a.w + (o0 + (o < outs ? o : 0)) * a.in;
+  const int64_t k_vec = a.in / 8 * 8;
+  for (int64_t k = 0; k < k_vec; k += 8) {
+    const __m256 w0 = _mm256_loadu_ps(w[0] + k), w1 = _mm256_loadu_ps(w[1] + k);
+    const __m256 w2 = _mm256_loadu_ps(w[2] + k), w3 = _mm256_loadu_ps(w[3] + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 xv = _mm256_loadu_ps(a.x + (r0 + r) * a.in + k);
+      acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(xv, w2, acc[r][2]);
+      acc[r][3] = _mm256_fmadd_ps(xv, w3, acc[r][3]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const float* xr = a.x + (r0 + r) * a.in;
+    for (int64_t o = 0; o < outs; ++o) {
+      float s = HorizontalSum(acc[r][o]);
+      for (int64_t k = k_vec; k < a.in; ++k) s += xr[k] * w[o][k];
+      a.y[(r0 + r) * a.out + o0 + o] = s + (a.bias != nullptr ? a.bias[o0 + o] : 0.0f);
+    }
+  }
+}
+
+PERFORMER_SIMD_TARGET_AVX2 void BlocksAvx2(const LinearArgs& a, int64_t block_begin,
+                                           int64_t block_end) {
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
+    int64_t r = 0;
+    for (; r + kRowBlock <= a.rows; r += kRowBlock) MicroAvx2<kRowBlock>(a, r, o0, outs);
+    for (; r < a.rows; ++r) MicroAvx2<1>(a, r, o0, outs);
+  }
+}
+#endif
+
+}  // namespace
+
+torch::Tensor SkinnyLinearForward(const torch::Tensor& x, const torch::Tensor& weight,
+                                  const torch::Tensor& bias) {
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  torch::Tensor y = torch::empty({rows, out}, x.options());
+  if (rows == 0 || out == 0) return y;
+  LinearArgs args{x.data_ptr<float>(),
+                  weight.data_ptr<float>(),
+                  bias.defined() ? bias.data_ptr<float>() : nullptr,
+                  y.data_ptr<float>(),
+                  rows,
+                  in,
+                  out};
+  const int64_t blocks = (out + kOutBlock - 1) / kOutBlock;
+  // Enough weight rows per task that each thread streams a sizeable slice.
+  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, in));
+  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
+#if PERFORMER_SIMD_HAVE_AVX2
+    if (simd::UseAvx2Fma()) {
+      BlocksAvx2(args, begin, end);
+      return;
+    }
+#endif
+    BlocksPortable(args, begin, end);
+  });
+  return y;
+}
+
+}  // namespace performer::kernels::cpu
