@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "kernels/cpu/linear_state_step_cpu.h"
 #include "kernels/device_check.h"
 
@@ -57,6 +59,39 @@ torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tenso
                               static_cast<float>(scale), static_cast<float>(offset),
                               static_cast<float>(eps)};
   return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay), &norm);
+}
+
+torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                             const torch::Tensor& projections, const torch::Tensor& diag,
+                             const torch::Tensor& v, double kernel_eps, double denominator_eps) {
+  CheckKernelDevice("FavorStateStep", state, {&key_max, &sums, &projections, &diag, &v});
+  TORCH_CHECK(LinearStateStepSupported(state),
+              "FavorStateStep: state must be a contiguous float32 (R, M, E+1) CPU tensor");
+  const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
+  TORCH_CHECK(projections.dim() == 4 && projections.size(1) == 2 &&
+                  projections.size(3) == features &&
+                  projections.size(0) * projections.size(2) == rows,
+              "FavorStateStep: projections must be (B, 2, H, M) with B*H = ", rows,
+              " and M = ", features, ", got ", projections.sizes());
+  const int64_t heads = projections.size(2);
+  TORCH_CHECK(diag.sizes() == torch::IntArrayRef({projections.size(0), 2, heads}),
+              "FavorStateStep: diag must be (B, 2, H), got ", diag.sizes());
+  TORCH_CHECK(v.sizes() == torch::IntArrayRef({rows, columns - 1}),
+              "FavorStateStep: v must be (R, E), got ", v.sizes());
+  for (const torch::Tensor* t : {&key_max, &sums}) {
+    TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous(),
+                "FavorStateStep: key_max and sums must be contiguous float32");
+  }
+  TORCH_CHECK(key_max.numel() == rows && sums.numel() == rows * columns,
+              "FavorStateStep: key_max must be (R,) and sums (R, E+1)");
+  const double ratio = 1.0 / std::sqrt(static_cast<double>(features));
+  torch::Tensor u = F32(projections), d = F32(diag);
+  cpu::FavorFeatures favor{u.data_ptr<float>(), d.data_ptr<float>(), key_max.data_ptr<float>(),
+                           heads, static_cast<float>(kernel_eps)};
+  cpu::StepNormalization norm{sums.data_ptr<float>(), static_cast<float>(ratio * ratio),
+                              static_cast<float>(ratio * ratio * kernel_eps),
+                              static_cast<float>(denominator_eps * ratio)};
+  return cpu::FavorStateStepForward(state, F32(v), norm, favor);
 }
 
 }  // namespace performer::kernels

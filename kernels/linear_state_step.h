@@ -36,6 +36,20 @@ torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tenso
                                         const torch::Tensor& decay, torch::Tensor sums,
                                         double scale, double offset, double eps);
 
+// The FAVOR+ (softmax-kernel) decode step of performer-style attention with
+// the feature map fused in, for R = B*H states:
+//   projections (B, 2, H, M): u = (d^-1/4 x) P^T of the new query (index 0)
+//   and key (index 1); diag (B, 2, H): |x|^2 / (2 sqrt(d)).
+//   q = exp(u_q - diag_q - max_f u_q) + kernel_eps
+//   M' = max(key_max, max_f u_k); decay = exp(key_max - M'); k = exp(u_k - diag_k - M')
+//   key_max <- M', then LinearStateStepNormalized(state, q, k, v, decay, sums,
+//   ratio^2, ratio^2 kernel_eps, denominator_eps * ratio) with ratio = M^-1/2.
+// This is q' = r (e_q + eps), k' = r (e_k + eps) of the reference with the
+// key sums kept in the frame of the running maximum (exact rescaling).
+torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                             const torch::Tensor& projections, const torch::Tensor& diag,
+                             const torch::Tensor& v, double kernel_eps, double denominator_eps);
+
 // True when LinearStateStep has a kernel for this state (device, dtype, layout).
 bool LinearStateStepSupported(const torch::Tensor& state);
 

@@ -102,6 +102,17 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
     torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(qk, scaled_projection_t_)
                                                      : ProjectFeatures(qk, projection_matrix_);
     torch::Tensor diag = SoftmaxKernelDiag(qk).squeeze(-1);
+    torch::Tensor state_rows = state.kv.view({flat, m, d + 1});
+    if (kernels::LinearStateStepSupported(state_rows) && state.key_max.is_contiguous() &&
+        state.v_sum.is_contiguous()) {
+      // Feature map, rescaling, update, read-out and normalisation in one pass.
+      torch::Tensor key_max = state.key_max.view({flat});
+      torch::Tensor sums = state.v_sum.view({flat, d + 1});
+      return kernels::FavorStateStep(state_rows, key_max, sums, u.view({rows, 2, heads, m}),
+                                     diag.view({rows, 2, heads}), v.reshape({flat, d}),
+                                     kSoftmaxKernelEps, kCausalDenominatorEps)
+          .view({rows, heads, d});
+    }
     torch::Tensor uq = u.narrow(1, 0, heads), uk = u.narrow(1, heads, heads);
     q_features = torch::exp(uq - (diag.narrow(1, 0, heads) + uq.amax(-1)).unsqueeze(-1))
                      .add_(kSoftmaxKernelEps);

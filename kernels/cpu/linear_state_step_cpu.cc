@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/cpu/simd.h"
@@ -42,22 +44,53 @@ struct StepArgs {
   int64_t features;
   int64_t columns;                // E + 1
   const StepNormalization* norm;  // may be null
+  const FavorFeatures* favor;     // may be null: q, k, decay are then given
 };
+
+// The FAVOR+ features of row r (see FavorStateStep): e_q + eps into q_out,
+// e_k into k_out; returns the decay and advances the running key maximum.
+inline float FavorRow(const FavorFeatures& fv, int64_t r, int64_t m, float* q_out, float* k_out) {
+  const int64_t b = r / fv.heads, head = r % fv.heads;
+  const float* uq = fv.projections + ((b * 2) * fv.heads + head) * m;
+  const float* uk = fv.projections + ((b * 2 + 1) * fv.heads + head) * m;
+  const float dq = fv.diag[(b * 2) * fv.heads + head];
+  const float dk = fv.diag[(b * 2 + 1) * fv.heads + head];
+  const float q_max = *std::max_element(uq, uq + m);
+  for (int64_t f = 0; f < m; ++f) q_out[f] = std::exp(uq[f] - (dq + q_max)) + fv.kernel_eps;
+  const float old_max = fv.key_max[r];
+  const float new_max = std::max(old_max, *std::max_element(uk, uk + m));
+  for (int64_t f = 0; f < m; ++f) k_out[f] = std::exp(uk[f] - (dk + new_max));
+  fv.key_max[r] = new_max;
+  return std::exp(old_max - new_max);
+}
 
 template <int kBytes>
 PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t end) {
   using V = typename simd::VecOf<float, kBytes>::type;
   const int64_t m = a.features, c = a.columns, e = c - 1;
   std::vector<float> v1(static_cast<size_t>(c)), scratch(static_cast<size_t>(c));
+  std::vector<float> q_features, k_features;
+  if (a.favor != nullptr) {
+    q_features.resize(static_cast<size_t>(m));
+    k_features.resize(static_cast<size_t>(m));
+  }
   for (int64_t r = begin; r < end; ++r) {
     std::copy(a.v + r * e, a.v + (r + 1) * e, v1.begin());
     v1[static_cast<size_t>(e)] = 1.0f;
     float* acc = a.norm != nullptr ? scratch.data() : a.out + r * c;
     std::fill(acc, acc + c, 0.0f);
-    const float decay = a.decay != nullptr ? a.decay[r] : 1.0f;
+    float decay = a.decay != nullptr ? a.decay[r] : 1.0f;
     float* state = a.state + r * m * c;
-    const float* q = a.q + r * m;
-    const float* k = a.k + r * m;
+    const float* q;
+    const float* k;
+    if (a.favor != nullptr) {
+      decay = FavorRow(*a.favor, r, m, q_features.data(), k_features.data());
+      q = q_features.data();
+      k = k_features.data();
+    } else {
+      q = a.q + r * m;
+      k = a.k + r * m;
+    }
     float q_sum = 0.0f;
     for (int64_t f = 0; f < m; ++f) {
       UpdateRow<V>(state + f * c, v1.data(), acc, decay, k[f], q[f], c);
@@ -90,21 +123,16 @@ void StepRowsPortable(const StepArgs& a, int64_t begin, int64_t end) {
 
 }  // namespace
 
-torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
-                                     const torch::Tensor& k, const torch::Tensor& v,
-                                     const torch::Tensor& decay, const StepNormalization* norm) {
+namespace {
+
+torch::Tensor RunStep(torch::Tensor& state, const float* q, const float* k, const float* v,
+                      const float* decay, const StepNormalization* norm,
+                      const FavorFeatures* favor) {
   const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
   torch::Tensor out =
       torch::empty({rows, norm != nullptr ? columns - 1 : columns}, state.options());
-  StepArgs args{state.data_ptr<float>(),
-                q.data_ptr<float>(),
-                k.data_ptr<float>(),
-                v.data_ptr<float>(),
-                decay.defined() ? decay.data_ptr<float>() : nullptr,
-                out.data_ptr<float>(),
-                features,
-                columns,
-                norm};
+  StepArgs args{state.data_ptr<float>(), q,        k,       v,    decay,
+                out.data_ptr<float>(),   features, columns, norm, favor};
   // About 64K state elements per task keeps the threads busy without
   // splitting tiny states.
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, features * columns));
@@ -118,6 +146,20 @@ torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& 
     StepRowsPortable(args, begin, end);
   });
   return out;
+}
+
+}  // namespace
+
+torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
+                                     const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& decay, const StepNormalization* norm) {
+  return RunStep(state, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                 decay.defined() ? decay.data_ptr<float>() : nullptr, norm, nullptr);
+}
+
+torch::Tensor FavorStateStepForward(torch::Tensor& state, const torch::Tensor& v,
+                                    const StepNormalization& norm, const FavorFeatures& favor) {
+  return RunStep(state, nullptr, nullptr, v.data_ptr<float>(), nullptr, &norm, &favor);
 }
 
 }  // namespace performer::kernels::cpu

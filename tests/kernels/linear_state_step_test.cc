@@ -97,3 +97,43 @@ TEST(LinearStateStepNormalizedTest, MatchesTheFormula) {
 
 }  // namespace
 }  // namespace performer::kernels
+
+namespace performer::kernels {
+namespace {
+
+TEST(FavorStateStepTest, MatchesTheFeatureMapAndNormalisation) {
+  torch::manual_seed(10);
+  const int64_t batch = 3, heads = 2, rows = batch * heads, features = 16, dims = 4;
+  torch::Tensor state = torch::rand({rows, features, dims + 1});
+  torch::Tensor sums = torch::rand({rows, dims + 1});
+  torch::Tensor key_max = torch::randn({rows});
+  torch::Tensor projections = torch::randn({batch, 2, heads, features});
+  torch::Tensor diag = torch::rand({batch, 2, heads});
+  torch::Tensor v = torch::randn({rows, dims});
+  const double kernel_eps = 1e-4, den_eps = 1e-6, ratio = 1.0 / std::sqrt(16.0);
+
+  torch::Tensor uq = projections.select(1, 0).reshape({rows, features});
+  torch::Tensor uk = projections.select(1, 1).reshape({rows, features});
+  torch::Tensor dq = diag.select(1, 0).reshape({rows, 1}),
+                dk = diag.select(1, 1).reshape({rows, 1});
+  torch::Tensor q = torch::exp(uq - dq - std::get<0>(uq.max(-1, true))) + kernel_eps;
+  torch::Tensor new_max = torch::maximum(key_max, uk.amax(-1));
+  torch::Tensor decay = torch::exp(key_max - new_max);
+  torch::Tensor k = torch::exp(uk - dk - new_max.unsqueeze(-1));
+  torch::Tensor expected_state = state.clone(), expected_sums = sums.clone();
+  torch::Tensor expected =
+      LinearStateStepNormalized(expected_state, q, k, v, decay, expected_sums, ratio * ratio,
+                                ratio * ratio * kernel_eps, den_eps * ratio);
+  torch::Tensor out =
+      FavorStateStep(state, key_max, sums, projections, diag, v, kernel_eps, den_eps);
+  EXPECT_TENSOR_CLOSE(out, expected, 1e-5, 1e-5);
+  EXPECT_TENSOR_CLOSE(state, expected_state, 1e-5, 1e-5);
+  EXPECT_TENSOR_CLOSE(sums, expected_sums, 1e-6, 1e-6);
+  EXPECT_TENSOR_CLOSE(key_max, new_max, 0, 0);
+  EXPECT_THROW(
+      FavorStateStep(state, key_max, sums, projections.narrow(3, 0, 8), diag, v, 1e-4, 1e-6),
+      c10::Error);
+}
+
+}  // namespace
+}  // namespace performer::kernels
