@@ -119,7 +119,11 @@ PERFORMER_SIMD_TARGET_AVX2 void BlocksAvx2(const LinearArgs& a, int64_t block_be
     const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
     int64_t r = 0;
     for (; r + kRowBlock <= a.rows; r += kRowBlock) MicroAvx2<kRowBlock>(a, r, o0, outs);
-    for (; r < a.rows; ++r) MicroAvx2<1>(a, r, o0, outs);
+    if (a.rows - r == 2) {
+      MicroAvx2<2>(a, r, o0, outs);
+    } else if (a.rows - r == 1) {
+      MicroAvx2<1>(a, r, o0, outs);
+    }
   }
 }
 #endif
