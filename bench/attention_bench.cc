@@ -8,9 +8,9 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include "bench/memory_tracker.h"
 #include "core/attention/attention_registries.h"
 #include "core/masks.h"
-#include "bench/memory_tracker.h"
 #include "core/runtime/torch_runtime.h"
 
 namespace performer {
@@ -51,8 +51,8 @@ void RunAttention(benchmark::State& state, const std::string& type, bool causal)
   state.counters["L"] = static_cast<double>(length);
   // Extra CPU tensor memory of one forward call, output included.
   state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(length), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(length), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_FullAttention(benchmark::State& state) { RunAttention(state, "full", false); }

@@ -53,7 +53,8 @@ int main() {
       {"feed_forward_dimensions", 1024},
       {"attention_type", "causal-linear"},
       {"activation", "gelu"},
-      {"feature_map", {{"factory", "Favor"}, {"kwargs", {{"n_dims", 64}, {"deterministic_eval", true}}}}},
+      {"feature_map",
+       {{"factory", "Favor"}, {"kwargs", {{"n_dims", 64}, {"deterministic_eval", true}}}}},
   };
   auto batch_builder = performer::TransformerEncoderBuilder::FromJson(config);
   if (!batch_builder.ok()) return Fail(batch_builder.status());
@@ -80,7 +81,8 @@ int main() {
 
   const int64_t length = 128;
   torch::Tensor x = torch::randn({1, length, d_model});
-  torch::Tensor full = (*batch)->forward(x, performer::Mask::TriangularCausal(length), std::nullopt);
+  torch::Tensor full =
+      (*batch)->forward(x, performer::Mask::TriangularCausal(length), std::nullopt);
   performer::RecurrentEncoderState state;
   double max_diff = 0;
   for (int64_t i = 0; i < length; ++i) {
@@ -102,8 +104,8 @@ int main() {
     auto start = Clock::now();
     for (int i = 0; i < 32; ++i, ++position) (void)(*recurrent)->forward(step, long_state);
     double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / 32;
-    std::printf("position %5lld: %8.1f us/step, state %lld bytes\n",
-                static_cast<long long>(target), us, static_cast<long long>(StateBytes(long_state)));
+    std::printf("position %5lld: %8.1f us/step, state %lld bytes\n", static_cast<long long>(target),
+                us, static_cast<long long>(StateBytes(long_state)));
   }
   return 0;
 }

@@ -13,9 +13,9 @@ __global__ void CausalDotProductForwardKernel(const float* __restrict__ queries,
                                               float* __restrict__ out, int64_t length, int e_dims,
                                               int m_dims) {
   extern __shared__ float shared[];
-  float* state = shared;                        // e_dims * m_dims
-  float* key_row = state + e_dims * m_dims;     // e_dims
-  float* query_row = key_row + e_dims;          // e_dims
+  float* state = shared;                     // e_dims * m_dims
+  float* key_row = state + e_dims * m_dims;  // e_dims
+  float* query_row = key_row + e_dims;       // e_dims
   const int64_t b = blockIdx.x;
   const int m = threadIdx.x;
   const float* q = queries + b * length * e_dims;

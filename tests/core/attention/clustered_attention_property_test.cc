@@ -71,8 +71,8 @@ TEST(ClusteredAttentionProperty, P_C2_IdenticalQueriesGiveFullAttentionForAnyClu
   torch::Tensor v = torch::randn({N, S, H, D});
   torch::Tensor k_lengths = torch::tensor({int64_t{5}, S});
   for (int64_t clusters : {1, 3, 10}) {
-    torch::Tensor out = MakeClustered(clusters)->forward(q, k, v, Mask::Full(L, S), AllKeptLengths(L),
-                                                         Mask::Lengths(k_lengths, S));
+    torch::Tensor out = MakeClustered(clusters)->forward(
+        q, k, v, Mask::Full(L, S), AllKeptLengths(L), Mask::Lengths(k_lengths, S));
     torch::Tensor expected =
         ReferenceSoftmaxAttention(q, k, v, 1.0 / std::sqrt(double{E}), KeepFirst(k_lengths, S));
     EXPECT_LE(MaxAbsDiff(out, expected), kTolerance) << "clusters = " << clusters;

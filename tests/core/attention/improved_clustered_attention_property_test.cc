@@ -145,8 +145,8 @@ TEST(ImprovedClusteredAttentionProperty, RejectsBadMasksAndIsDifferentiable) {
   torch::manual_seed(5);
   Inputs x = RandomInputs(S, /*requires_grad=*/true);
   torch::Tensor triangle = torch::ones({L, S}, torch::kBool).tril();
-  EXPECT_THROW(MakeImproved(2, 3)->forward(x.q, x.k, x.v, *Mask::FromBool(triangle), AllKeptLengths(L),
-                                           AllKeptLengths(S)),
+  EXPECT_THROW(MakeImproved(2, 3)->forward(x.q, x.k, x.v, *Mask::FromBool(triangle),
+                                           AllKeptLengths(L), AllKeptLengths(S)),
                c10::Error);
   EXPECT_THROW(MakeImproved(L + 1, 3)->forward(x.q, x.k, x.v, Mask::Full(L, S), AllKeptLengths(L),
                                                AllKeptLengths(S)),

@@ -84,8 +84,9 @@ TEST(ImprovedClusteredCausalAttentionProperty, P_CIC3_RejectsNonCausalMasks) {
   EXPECT_THROW(attention->forward(q, k, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L)),
                c10::Error);
   torch::Tensor upper = torch::ones({L, L}, torch::kBool).triu();
-  EXPECT_THROW(attention->forward(q, k, v, *Mask::FromBool(upper), AllKeptLengths(L), AllKeptLengths(L)),
-               c10::Error);
+  EXPECT_THROW(
+      attention->forward(q, k, v, *Mask::FromBool(upper), AllKeptLengths(L), AllKeptLengths(L)),
+      c10::Error);
   // A FullMask holding the lower-triangular matrix is accepted (lower_triangular).
   torch::Tensor lower = torch::ones({L, L}, torch::kBool).tril();
   EXPECT_NO_THROW(

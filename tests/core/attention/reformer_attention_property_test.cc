@@ -94,8 +94,9 @@ TEST(ReformerAttentionProperty, P_R3_MaskedSingleChunkRemovesTheDiagonal) {
   torch::manual_seed(3);
   torch::Tensor q = torch::randn({N, L, H, E});
   torch::Tensor v = torch::randn({N, L, H, E});
-  torch::Tensor out = MakeReformer(L, 6, 3, /*masked=*/true)
-                          ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
+  torch::Tensor out =
+      MakeReformer(L, 6, 3, /*masked=*/true)
+          ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
   torch::Tensor off_diagonal = torch::eye(L).logical_not();
   torch::Tensor expected =
       ReferenceSoftmaxAttention(q, Normalized(q), v, 1.0 / std::sqrt(double{E}), {}, off_diagonal);
@@ -127,8 +128,9 @@ TEST(ReformerAttentionProperty, P_R5_RowsAreConvexCombinationsOfValues) {
   torch::Tensor v = torch::randn({N, L, H, E});
   const double inf = std::numeric_limits<double>::infinity();
   for (int64_t chunk : {2, 4, 8}) {
-    torch::Tensor out = MakeReformer(chunk, 3, 4)
-                            ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
+    torch::Tensor out =
+        MakeReformer(chunk, 3, 4)
+            ->forward(q, q, v, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L));
     EXPECT_TRUE(out.ge(v.amin(1, true) - kTolerance).all().item<bool>());
     EXPECT_TRUE(out.le(v.amax(1, true) + kTolerance).all().item<bool>());
     // With key lengths, the valid rows combine valid values only.
@@ -151,12 +153,13 @@ TEST(ReformerAttentionProperty, P_R6_RejectsUnsupportedShapes) {
                c10::Error);
   auto fits = MakeReformer(4, 2, 1);
   torch::Tensor wide_values = torch::randn({N, L, H, E + 1});  // D != E
-  EXPECT_THROW(fits->forward(q, q, wide_values, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L)),
-               c10::Error);
-  torch::Tensor long_values = torch::randn({N, L + 4, H, E});  // S != L
   EXPECT_THROW(
-      fits->forward(q, q, long_values, Mask::Full(L, L + 4), AllKeptLengths(L), AllKeptLengths(L + 4)),
+      fits->forward(q, q, wide_values, Mask::Full(L, L), AllKeptLengths(L), AllKeptLengths(L)),
       c10::Error);
+  torch::Tensor long_values = torch::randn({N, L + 4, H, E});  // S != L
+  EXPECT_THROW(fits->forward(q, q, long_values, Mask::Full(L, L + 4), AllKeptLengths(L),
+                             AllKeptLengths(L + 4)),
+               c10::Error);
   EXPECT_THROW(MakeReformer(0, 2, 1), c10::Error);
   EXPECT_THROW(MakeReformer(4, 2, 0), c10::Error);
 }
