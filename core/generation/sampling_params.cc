@@ -13,8 +13,8 @@ SamplingParams SamplingParams::Greedy() {
   return p;
 }
 
-int64_t FilterThresToTopK(float filter_thres, int64_t vocab_size) {
-  const double k = (1.0 - static_cast<double>(filter_thres)) * static_cast<double>(vocab_size);
+int64_t FilterThresToTopK(double filter_thres, int64_t vocab_size) {
+  const double k = (1.0 - filter_thres) * static_cast<double>(vocab_size);
   // int() in Python truncates toward zero; k is finite for thres in [0, 1).
   return static_cast<int64_t>(std::trunc(k));
 }
@@ -32,8 +32,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size)
         absl::StrCat("top_k must be in [0, ", vocab_size, "] (0 = off), got ", p.top_k));
   }
   if (p.filter_thres.has_value()) {
-    const float thres = *p.filter_thres;
-    if (!(thres >= 0.0f && thres < 1.0f)) {
+    const double thres = *p.filter_thres;
+    if (!(thres >= 0.0 && thres < 1.0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("filter_thres must be in [0, 1), got ", thres));
     }

@@ -25,10 +25,11 @@ struct SamplingParams {
   float temperature = 1.0f;
   // Keep the top_k largest logits, the others become -inf. 0 = off.
   int64_t top_k = 0;
-  // The reference's top-k form: k = int((1 - filter_thres) * vocab), computed
-  // in double from the stored float. Unset = off. Applied after top_k when both
-  // are set (so the smaller k wins).
-  std::optional<float> filter_thres;
+  // The reference's top-k form: k = int((1 - filter_thres) * vocab), in
+  // double precision like the Python expression (0.9 with vocab 100 keeps 9,
+  // because 1 - 0.9 is 0.09999999999999998). Unset = off. Applied after top_k
+  // when both are set (so the smaller k wins).
+  std::optional<double> filter_thres;
   // Nucleus filter: keep the smallest prefix of the descending-sorted tokens
   // whose cumulative probability exceeds top_p; the first token is always
   // kept. 1 = off.
@@ -64,6 +65,6 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size)
 // double arithmetic on the float thres (e.g. vocab 100, thres 0.9f -> 10;
 // Python with the double 0.9 would get 9 at such exact multiples). Shared by
 // validation and the sampler so both agree on k.
-int64_t FilterThresToTopK(float filter_thres, int64_t vocab_size);
+int64_t FilterThresToTopK(double filter_thres, int64_t vocab_size);
 
 }  // namespace performer::generation

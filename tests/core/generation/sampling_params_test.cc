@@ -33,7 +33,7 @@ TEST(SamplingParamsTest, FullyConfiguredIsValid) {
   SamplingParams p;
   p.temperature = 0.7f;
   p.top_k = kVocab;
-  p.filter_thres = 0.9f;
+  p.filter_thres = 0.9;
   p.top_p = 0.5f;
   p.repetition_penalty = 1.2f;
   p.seed = 7;
@@ -65,23 +65,24 @@ TEST(SamplingParamsTest, RejectsBadTopK) {
 
 TEST(SamplingParamsTest, RejectsBadFilterThres) {
   SamplingParams p;
-  p.filter_thres = 1.0f;
+  p.filter_thres = 1.0;
   ExpectInvalid(p, "filter_thres");
-  p.filter_thres = -0.1f;
+  p.filter_thres = -0.1;
   ExpectInvalid(p, "filter_thres");
   // In range, but int((1 - 0.995) * 100) = 0 tokens kept.
-  p.filter_thres = 0.995f;
+  p.filter_thres = 0.995;
   ExpectInvalid(p, "filter_thres");
-  p.filter_thres = 0.0f;  // Keeps everything.
+  p.filter_thres = 0.0;  // Keeps everything.
   EXPECT_TRUE(ValidateSamplingParams(p, kVocab).ok());
 }
 
 TEST(SamplingParamsTest, FilterThresToTopKFormula) {
-  EXPECT_EQ(FilterThresToTopK(0.9f, 100), 10);
-  EXPECT_EQ(FilterThresToTopK(0.9f, 256), 25);  // int(25.6)
-  EXPECT_EQ(FilterThresToTopK(0.0f, 100), 100);
-  EXPECT_EQ(FilterThresToTopK(0.5f, 3), 1);  // int(1.5)
-  EXPECT_EQ(FilterThresToTopK(0.995f, 100), 0);
+  // Python: int((1 - 0.9) * 100) == 9 (1 - 0.9 is 0.09999999999999998).
+  EXPECT_EQ(FilterThresToTopK(0.9, 100), 9);
+  EXPECT_EQ(FilterThresToTopK(0.9, 256), 25);  // int(25.599999999999998)
+  EXPECT_EQ(FilterThresToTopK(0.0, 100), 100);
+  EXPECT_EQ(FilterThresToTopK(0.5, 3), 1);  // int(1.5)
+  EXPECT_EQ(FilterThresToTopK(0.995, 100), 0);
 }
 
 TEST(SamplingParamsTest, RejectsBadTopP) {

@@ -139,11 +139,11 @@ TEST(TokenSamplerTest, TopKKeepsExactlyKOnTiesLowestIdsFirst) {
 TEST(TokenSamplerTest, FilterThresKeepsReferenceK) {
   torch::Tensor logits = RandomLogits(100, 9);
   SamplingParams p = Seeded(10, 3.0f);
-  p.filter_thres = 0.9f;  // int((1 - 0.9) * 100) = 10.
+  p.filter_thres = 0.9;  // Python: int((1 - 0.9) * 100) == 9.
   TokenSampler s(p);
   torch::Tensor processed = s.ProcessLogits(logits, {});
-  EXPECT_EQ(CountFinite(processed), 10);
-  const std::set<int64_t> allowed = TopKIds(logits, 10);
+  EXPECT_EQ(CountFinite(processed), 9);
+  const std::set<int64_t> allowed = TopKIds(logits, 9);
   for (int64_t id : allowed) EXPECT_EQ(processed[id].item<float>(), logits[id].item<float>());
   for (int64_t token : Draw(s, logits, 1000)) ASSERT_TRUE(allowed.count(token)) << token;
 }
@@ -152,8 +152,8 @@ TEST(TokenSamplerTest, TopKAndFilterThresCombineToSmallerK) {
   torch::Tensor logits = RandomLogits(100, 11);
   SamplingParams p = Seeded(12);
   p.top_k = 30;
-  p.filter_thres = 0.9f;
-  EXPECT_EQ(CountFinite(TokenSampler(p).ProcessLogits(logits, {})), 10);
+  p.filter_thres = 0.9;
+  EXPECT_EQ(CountFinite(TokenSampler(p).ProcessLogits(logits, {})), 9);
   p.top_k = 4;
   EXPECT_EQ(CountFinite(TokenSampler(p).ProcessLogits(logits, {})), 4);
 }
