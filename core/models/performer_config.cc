@@ -70,7 +70,6 @@ class KeyReader {
       if (!e.is_number_integer()) return BadType(key, "an integer or a list of integers", *v);
       out->push_back(e.get<int64_t>());
     }
-    list_keys_.insert(key);
   }
   void OptionalList(const std::string& key, std::optional<std::vector<int64_t>>* out) {
     const json* v = Find(key);
@@ -98,10 +97,10 @@ class KeyReader {
     }
     *out = *fn;
   }
-  bool was_list(const std::string& key) const { return list_keys_.count(key) > 0; }
+  // Whether a reader asked for this (full) key.
+  bool Seen(const std::string& full_key) const { return seen_.count(full_key) > 0; }
 
-  // Keys of the object that no reader asked for (restricted to `prefix`,
-  // when `only_prefixed`).
+  // Keys of the object that no reader asked for, except `ignore`.
   std::vector<std::string> Unknown(const std::set<std::string>& ignore) const {
     std::vector<std::string> out;
     for (auto it = object_.begin(); it != object_.end(); ++it) {
@@ -109,7 +108,6 @@ class KeyReader {
     }
     return out;
   }
-  void MarkSeen(const std::string& full_key) { seen_.insert(full_key); }
 
   std::vector<std::string>& errors() { return errors_; }
   const std::vector<std::string>& missing() const { return missing_; }
@@ -122,7 +120,6 @@ class KeyReader {
   const json& object_;
   std::string prefix_;
   std::set<std::string> seen_;
-  std::set<std::string> list_keys_;
   std::vector<std::string> errors_;
   std::vector<std::string> missing_;
 };
@@ -319,12 +316,7 @@ absl::StatusOr<PerformerEncDecConfig> ParsePerformerEncDecConfig(const nlohmann:
   for (auto it = json.begin(); it != json.end(); ++it) {
     const std::string& key = it.key();
     if (key == "model_class") continue;
-    bool known = false;
-    for (KeyReader* r : {&top, &enc, &dec}) {
-      std::vector<std::string> u = r->Unknown({});
-      if (std::find(u.begin(), u.end(), key) == u.end()) known = true;
-    }
-    if (!known) unknown.push_back(key);
+    if (!top.Seen(key) && !enc.Seen(key) && !dec.Seen(key)) unknown.push_back(key);
   }
   if (!unknown.empty()) {
     problems.push_back(absl::StrCat("unknown key(s): ", absl::StrJoin(unknown, ", ")));
