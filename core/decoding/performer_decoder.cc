@@ -41,7 +41,6 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
 
 PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
     : model_(std::move(model)) {
-  c10::InferenceMode guard;
   info_.model_class = model_.model_class;
   if (model_.model_class == "PerformerLM") {
     decoder_ = model_.lm;
@@ -52,7 +51,10 @@ PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
     info_.source_vocab_size = enc.num_tokens;
     info_.max_source_len = enc.position_limit();
   }
+  // Outside InferenceMode: the model's full forward (prefill, or a caller's
+  // own forward with autograd) also reads the prepared rotary tables.
   decoder_->PrepareForDecoding();
+  c10::InferenceMode guard;
   info_.vocab_size = decoder_->config().num_tokens;
   info_.max_seq_len = decoder_->config().position_limit();
   info_.capacity = capacity;

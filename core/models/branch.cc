@@ -85,7 +85,7 @@ torch::Tensor BranchImpl::Shift(const torch::Tensor& x, const torch::Tensor& mas
 torch::Tensor BranchImpl::Inner(const torch::Tensor& x, const BranchInputs& in,
                                 SelfAttentionState* capture) {
   if (attention_.is_empty()) return feed_forward_(x);
-  return attention_(x, in.rotary_rows, in.mask, in.context, in.context_mask, capture);
+  return attention_(x, in.rotary, in.mask, in.context, in.context_mask, capture);
 }
 
 torch::Tensor BranchImpl::forward(const torch::Tensor& x, const BranchInputs& in,

@@ -19,7 +19,7 @@ namespace performer::models {
 enum class BranchNorm { kLayerNorm, kScaleNorm, kReZero };
 
 struct BranchInputs {
-  torch::Tensor rotary_rows;   // self attention: [n, d] (forward) or [B, d] (step)
+  InterleavedRotary rotary;    // self attention: rows of positions 0..n-1
   torch::Tensor mask;          // [b, n] bool or undefined
   torch::Tensor context;       // cross attention
   torch::Tensor context_mask;  // cross attention

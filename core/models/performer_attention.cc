@@ -47,7 +47,7 @@ torch::Tensor PerformerAttentionImpl::MergeHeads(const torch::Tensor& t) const {
 }
 
 torch::Tensor PerformerAttentionImpl::forward(
-    const torch::Tensor& x, const torch::Tensor& rotary_rows, const torch::Tensor& mask,
+    const torch::Tensor& x, const InterleavedRotary& rotary, const torch::Tensor& mask,
     const torch::Tensor& context, const torch::Tensor& context_mask, SelfAttentionState* capture) {
   TORCH_CHECK(!options_.cross || context.defined(), "cross attention needs a context");
   TORCH_CHECK(options_.cross || !context.defined(), "self attention does not take a context");
@@ -63,9 +63,9 @@ torch::Tensor PerformerAttentionImpl::forward(
     if (key_mask.defined()) {
       vg = vg.masked_fill(key_mask.to(torch::kBool).logical_not().unsqueeze(1).unsqueeze(-1), 0.0);
     }
-    if (rotary_rows.defined() && !options_.cross) {
-      qg = ApplyInterleavedRotary(qg, rotary_rows);
-      kg = ApplyInterleavedRotary(kg, rotary_rows);
+    if (rotary.defined() && !options_.cross) {
+      qg = ApplyInterleavedRotary(qg, rotary);
+      kg = ApplyInterleavedRotary(kg, rotary);
     }
     outs.push_back(fast_attention_(qg, kg, vg));
     if (capture != nullptr) fast_attention_->InitState(kg, vg, *capture);

@@ -41,12 +41,12 @@ class PerformerAttentionImpl : public torch::nn::Module {
  public:
   explicit PerformerAttentionImpl(const PerformerAttentionOptions& options);
 
-  // x [b, n, dim]. Self attention: rotary_rows [n, dim_head] or undefined,
+  // x [b, n, dim]. Self attention: rotary rows [n, dim_head] or undefined,
   // mask [b, n] bool or undefined. Cross attention: context [b, m, dim],
   // context_mask [b, m] or undefined. When `capture` is given (self
   // attention, causal), its rows [b] are filled with the decoding state
   // after the n positions.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rotary_rows,
+  torch::Tensor forward(const torch::Tensor& x, const InterleavedRotary& rotary,
                         const torch::Tensor& mask, const torch::Tensor& context,
                         const torch::Tensor& context_mask, SelfAttentionState* capture = nullptr);
 

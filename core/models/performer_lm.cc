@@ -40,7 +40,11 @@ torch::Tensor PerformerLMImpl::forward(const torch::Tensor& tokens,
   torch::Tensor x = token_emb_(tokens) + pos_emb_->First(n);
   if (options.trace != nullptr) (*options.trace)["embed"] = x;
   BranchInputs in;
-  if (layer_pos_emb_.defined()) in.rotary_rows = layer_pos_emb_.narrow(0, 0, n);
+  if (layer_pos_emb_.defined()) {
+    // Built once per forward (or once per model by PrepareForDecoding), not per layer.
+    in.rotary = rotary_.defined() ? rotary_.First(n)
+                                  : MakeInterleavedRotary(layer_pos_emb_.narrow(0, 0, n));
+  }
   in.mask = options.mask;
   in.context = options.context;
   in.context_mask = options.context_mask;

@@ -108,18 +108,18 @@ void PerformerStackImpl::PrepareForDecoding() {
   }
 }
 
-torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary_rows,
+torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                                        const torch::Tensor& positions, DecodeState& state) {
   torch::Tensor x1 = x, x2 = x;
   for (size_t i = 0; i < pairs_.size(); ++i) {
     auto& [f, g] = pairs_[i];
     LayerState& layer = state.layers[i];
     if (config_.reversible) {
-      x1 = x1 + f->Step(x2, rotary_rows, positions, layer, /*attention_branch=*/true);
-      x2 = x2 + g->Step(x1, rotary_rows, positions, layer, /*attention_branch=*/false);
+      x1 = x1 + f->Step(x2, rotary, positions, layer, /*attention_branch=*/true);
+      x2 = x2 + g->Step(x1, rotary, positions, layer, /*attention_branch=*/false);
     } else {
-      x1 = x1 + f->Step(x1, rotary_rows, positions, layer, /*attention_branch=*/true);
-      x1 = x1 + g->Step(x1, rotary_rows, positions, layer, /*attention_branch=*/false);
+      x1 = x1 + f->Step(x1, rotary, positions, layer, /*attention_branch=*/true);
+      x1 = x1 + g->Step(x1, rotary, positions, layer, /*attention_branch=*/false);
     }
   }
   return config_.reversible ? x1 + x2 : x1;

@@ -14,10 +14,6 @@ InterleavedRotary MakeInterleavedRotary(const torch::Tensor& table) {
   return {sin, cos, signed_sin};
 }
 
-torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows) {
-  return ApplyInterleavedRotary(t, MakeInterleavedRotary(table_rows));
-}
-
 torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const InterleavedRotary& rows) {
   const int64_t d = t.size(-1);
   std::vector<int64_t> pair_shape = t.sizes().vec();

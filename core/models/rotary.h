@@ -11,9 +11,6 @@
 
 namespace performer::models {
 
-// t [..., d]; table_rows [..., d] broadcastable against t (sines then cosines).
-torch::Tensor ApplyInterleavedRotary(const torch::Tensor& t, const torch::Tensor& table_rows);
-
 // The sines and cosines of table rows, each repeated per pair [..., d]:
 // what ApplyInterleavedRotary computes on every call, precomputed once for
 // the decode step.
@@ -27,6 +24,9 @@ struct InterleavedRotary {
   InterleavedRotary Rows(const torch::Tensor& positions) const {
     return {sin.index_select(0, positions), cos.index_select(0, positions),
             signed_sin.index_select(0, positions)};
+  }
+  InterleavedRotary First(int64_t n) const {
+    return {sin.narrow(0, 0, n), cos.narrow(0, 0, n), signed_sin.narrow(0, 0, n)};
   }
   InterleavedRotary Unsqueeze(int64_t dim) const {
     return {sin.unsqueeze(dim), cos.unsqueeze(dim), signed_sin.unsqueeze(dim)};

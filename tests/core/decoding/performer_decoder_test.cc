@@ -295,3 +295,20 @@ TEST(PerformerDecoderTest, TensorOpStepMatchesFusedKernelStep) {
 
 }  // namespace
 }  // namespace performer::decoding
+
+namespace performer::decoding {
+namespace {
+
+// The decoder prepares tables the model's own forward also reads; a caller
+// that keeps training or scoring with autograd must still be able to.
+TEST(PerformerDecoderTest, ModelStillTrainsAfterADecoderIsCreated) {
+  models::LoadedModel model = RandomLM(TinyLMConfig());
+  models::PerformerLM lm = model.lm;
+  auto decoder = *PerformerDecoder::Create(std::move(model), 2);
+  torch::Tensor logits = lm(torch::tensor({{1, 2, 3, 4}}, torch::kLong));
+  logits.sum().backward();
+  EXPECT_TRUE(lm->parameters()[0].grad().defined());
+}
+
+}  // namespace
+}  // namespace performer::decoding
