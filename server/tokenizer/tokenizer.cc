@@ -1,0 +1,144 @@
+#include "server/tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "server/tokenizer/sentencepiece_model.h"
+
+namespace performer::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Byte-level: id = byte value, 256 tokens.
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::string name() const override { return "byte"; }
+  int64_t vocab_size() const override { return 256; }
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
+    std::vector<int32_t> ids;
+    ids.reserve(text.size());
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  std::string Decode(const std::vector<int32_t>& ids) const override {
+    std::string out;
+    out.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id >= 0 && id < 256) out.push_back(static_cast<char>(id));
+    }
+    return out;
+  }
+};
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(std::unique_ptr<SentencePieceModel> model)
+      : model_(std::move(model)) {}
+  std::string name() const override { return "sentencepiece"; }
+  int64_t vocab_size() const override { return model_->vocab_size(); }
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
+    std::vector<int> ids;
+    std::string error;
+    if (!model_->Encode(text, &ids, &error)) return absl::InvalidArgumentError(error);
+    return std::vector<int32_t>(ids.begin(), ids.end());
+  }
+  std::string Decode(const std::vector<int32_t>& ids) const override {
+    std::vector<int> valid;
+    for (int32_t id : ids) {
+      if (id >= 0 && id < model_->vocab_size()) valid.push_back(id);
+    }
+    return model_->Decode(valid);
+  }
+
+ private:
+  std::unique_ptr<SentencePieceModel> model_;
+};
+
+}  // namespace
+
+size_t CompleteUtf8Prefix(std::string_view text) {
+  // Walk back over at most 3 continuation bytes to the last lead byte.
+  size_t n = text.size();
+  size_t i = n;
+  int continuation = 0;
+  while (i > 0 && continuation < 4) {
+    const unsigned char c = static_cast<unsigned char>(text[i - 1]);
+    if ((c & 0xC0) != 0x80) break;  // not a continuation byte
+    --i;
+    ++continuation;
+  }
+  if (i == 0) return n;  // only continuation bytes: nothing to wait for
+  const unsigned char lead = static_cast<unsigned char>(text[i - 1]);
+  int expected = 1;
+  if ((lead & 0xE0) == 0xC0)
+    expected = 2;
+  else if ((lead & 0xF0) == 0xE0)
+    expected = 3;
+  else if ((lead & 0xF8) == 0xF0)
+    expected = 4;
+  if (expected > 1 && continuation + 1 < expected) return i - 1;
+  return n;
+}
+
+std::string IncrementalDetokenizer::Push(const std::vector<int32_t>& ids) {
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  const std::string text = tokenizer_.Decode(ids_);
+  // Release only a stable prefix: complete UTF-8 that extends what was
+  // already released (SentencePiece may rewrite the last piece's text).
+  const size_t complete = CompleteUtf8Prefix(text);
+  if (complete <= released_.size() || text.compare(0, released_.size(), released_) != 0) {
+    return "";
+  }
+  std::string fresh = text.substr(released_.size(), complete - released_.size());
+  released_ += fresh;
+  return fresh;
+}
+
+std::string IncrementalDetokenizer::Finish() {
+  const std::string text = tokenizer_.Decode(ids_);
+  if (text.size() <= released_.size() || text.compare(0, released_.size(), released_) != 0) {
+    return "";
+  }
+  std::string rest = text.substr(released_.size());
+  released_ = text;
+  return rest;
+}
+
+std::unique_ptr<Tokenizer> MakeByteTokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path) {
+  std::string error;
+  std::unique_ptr<SentencePieceModel> model = SentencePieceModel::Load(path, &error);
+  if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, ": ", error));
+  return std::unique_ptr<Tokenizer>(new SentencePieceTokenizer(std::move(model)));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
+  const fs::path dir(model_dir);
+  const fs::path json_path = dir / "tokenizer.json";
+  if (fs::exists(json_path)) {
+    std::ifstream in(json_path);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(json_path.string(), ": expected {\"type\": \"byte\" | \"sentencepiece\"}"));
+    }
+    const std::string type = j["type"];
+    if (type == "byte") return MakeByteTokenizer();
+    if (type == "sentencepiece") {
+      const std::string model = j.value("model", "tokenizer.model");
+      return LoadSentencePieceTokenizer((dir / model).string());
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(json_path.string(), ": unknown tokenizer type \"", type, "\""));
+  }
+  if (fs::exists(dir / "tokenizer.model")) {
+    return LoadSentencePieceTokenizer((dir / "tokenizer.model").string());
+  }
+  return std::unique_ptr<Tokenizer>();
+}
+
+}  // namespace performer::server

@@ -1,0 +1,117 @@
+#include "server/tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/tokenizer/sentencepiece_model.h"
+
+namespace performer::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ByteTokenizerTest, RoundTripsAnyBytes) {
+  std::unique_ptr<Tokenizer> t = MakeByteTokenizer();
+  EXPECT_EQ(t->name(), "byte");
+  EXPECT_EQ(t->vocab_size(), 256);
+  const std::string text = "h\xc3\xa9llo \xe2\x82\xac\x00!";
+  std::vector<int32_t> ids = *t->Encode(text);
+  EXPECT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids[1], 0xc3);
+  EXPECT_EQ(t->Decode(ids), text);
+  EXPECT_EQ(t->Decode({104, 300, -1, 105}), "hi");
+}
+
+TEST(Utf8Test, CompletePrefixHoldsBackSplitCharacters) {
+  EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xe2"), 1u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xe2\x82"), 1u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xe2\x82\xac"), 4u);
+  EXPECT_EQ(CompleteUtf8Prefix("\xf0\x9f\x98"), 0u);
+  EXPECT_EQ(CompleteUtf8Prefix("\xf0\x9f\x98\x80"), 4u);
+  EXPECT_EQ(CompleteUtf8Prefix(""), 0u);
+}
+
+TEST(IncrementalDetokenizerTest, ByteLevelReleasesWholeCharacters) {
+  std::unique_ptr<Tokenizer> t = MakeByteTokenizer();
+  IncrementalDetokenizer d(*t);
+  EXPECT_EQ(d.Push({'a'}), "a");
+  EXPECT_EQ(d.Push({0xe2}), "");
+  EXPECT_EQ(d.Push({0x82}), "");
+  EXPECT_EQ(d.Push({0xac, 'b'}),
+            "\xe2\x82\xac"
+            "b");
+  EXPECT_EQ(d.Push({0xe2}), "");
+  EXPECT_EQ(d.Finish(), "\xe2");
+  EXPECT_EQ(d.released(),
+            "a\xe2\x82\xac"
+            "b\xe2");
+}
+
+class SentencePieceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("performer_sp_" + std::to_string(::getpid())));
+    fs::create_directories(*dir_);
+    std::ofstream corpus(*dir_ / "corpus.txt");
+    for (int i = 0; i < 200; ++i) {
+      corpus << "the quick brown fox jumps over the lazy dog " << i << "\n";
+      corpus << "linear attention keeps a constant state per sequence\n";
+    }
+    corpus.close();
+    const std::string error =
+        TrainSentencePieceModel("--input=" + (*dir_ / "corpus.txt").string() +
+                                " --model_prefix=" + (*dir_ / "tokenizer").string() +
+                                " --vocab_size=60 --model_type=bpe --minloglevel=2");
+    ASSERT_EQ(error, "");
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static fs::path* dir_;
+};
+fs::path* SentencePieceTest::dir_ = nullptr;
+
+TEST_F(SentencePieceTest, LoadsFromTokenizerJsonAndRoundTrips) {
+  std::ofstream(*dir_ / "tokenizer.json")
+      << R"({"type": "sentencepiece", "model": "tokenizer.model"})";
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizer(dir_->string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_NE(*t, nullptr);
+  EXPECT_EQ((*t)->name(), "sentencepiece");
+  EXPECT_EQ((*t)->vocab_size(), 60);
+  const std::string text = "the lazy fox keeps a state";
+  std::vector<int32_t> ids = *(*t)->Encode(text);
+  EXPECT_LT(ids.size(), text.size());
+  EXPECT_EQ((*t)->Decode(ids), text);
+  // Streaming one id at a time gives the same text.
+  IncrementalDetokenizer d(**t);
+  std::string streamed;
+  for (int32_t id : ids) streamed += d.Push({id});
+  streamed += d.Finish();
+  EXPECT_EQ(streamed, text);
+  fs::remove(*dir_ / "tokenizer.json");
+}
+
+TEST(LoadTokenizerTest, FolderWithoutTokenizerAndBadFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("performer_tok_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> none = LoadTokenizer(dir.string());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+  std::ofstream(dir / "tokenizer.json") << R"({"type": "byte"})";
+  EXPECT_EQ((*LoadTokenizer(dir.string()))->name(), "byte");
+  std::ofstream(dir / "tokenizer.json") << R"({"type": "wordpiece"})";
+  absl::Status bad = LoadTokenizer(dir.string()).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("unknown tokenizer type \"wordpiece\""), std::string::npos) << bad;
+  std::ofstream(dir / "tokenizer.json") << R"({"type": "sentencepiece", "model": "missing.model"})";
+  EXPECT_FALSE(LoadTokenizer(dir.string()).ok());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace performer::server
