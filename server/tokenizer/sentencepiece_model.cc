@@ -1,47 +1,68 @@
 #include "server/tokenizer/sentencepiece_model.h"
 
-// No Abseil header may be included here (see the header comment).
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
+#include <dlfcn.h>
+
+#include <mutex>
+
+#ifndef PERFORMER_SENTENCEPIECE_PLUGIN
+#define PERFORMER_SENTENCEPIECE_PLUGIN "libperformer_sentencepiece.so"
+#endif
 
 namespace performer::server {
+namespace {
 
-struct SentencePieceModel::Impl {
-  sentencepiece::SentencePieceProcessor processor;
+using LoadFn = SentencePieceModel* (*)(const std::string&, std::string*);
+using TrainFn = void (*)(const std::string&, std::string*);
+
+struct Plugin {
+  LoadFn load = nullptr;
+  TrainFn train = nullptr;
+  std::string error;
 };
 
-SentencePieceModel::SentencePieceModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-SentencePieceModel::~SentencePieceModel() = default;
+// Loaded once: the build tree's copy first, then the library search path
+// (an installed server keeps it next to its other libraries).
+const Plugin& GetPlugin() {
+  static const Plugin* plugin = [] {
+    auto* p = new Plugin();
+    const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+    void* handle = dlopen(PERFORMER_SENTENCEPIECE_PLUGIN, flags);
+    if (handle == nullptr) handle = dlopen("libperformer_sentencepiece.so", flags);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      p->error = std::string("cannot load the SentencePiece plugin: ") + (why ? why : "unknown");
+      return p;
+    }
+    p->load = reinterpret_cast<LoadFn>(dlsym(handle, "PerformerSentencePieceLoad"));
+    p->train = reinterpret_cast<TrainFn>(dlsym(handle, "PerformerSentencePieceTrain"));
+    if (p->load == nullptr || p->train == nullptr) {
+      p->error = "the SentencePiece plugin lacks its entry points";
+      p->load = nullptr;
+      p->train = nullptr;
+    }
+    return p;
+  }();
+  return *plugin;
+}
 
-std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& path,
-                                                             std::string* error) {
-  auto impl = std::make_unique<Impl>();
-  const auto status = impl->processor.Load(path);
-  if (!status.ok()) {
-    *error = status.ToString();
+}  // namespace
+
+std::unique_ptr<SentencePieceModel> LoadSentencePieceModel(const std::string& path,
+                                                           std::string* error) {
+  const Plugin& plugin = GetPlugin();
+  if (plugin.load == nullptr) {
+    *error = plugin.error;
     return nullptr;
   }
-  return std::unique_ptr<SentencePieceModel>(new SentencePieceModel(std::move(impl)));
-}
-
-int SentencePieceModel::vocab_size() const { return impl_->processor.GetPieceSize(); }
-
-bool SentencePieceModel::Encode(std::string_view text, std::vector<int>* ids,
-                                std::string* error) const {
-  const auto status = impl_->processor.Encode(text, ids);
-  if (!status.ok()) *error = status.ToString();
-  return status.ok();
-}
-
-std::string SentencePieceModel::Decode(const std::vector<int>& ids) const {
-  std::string out;
-  if (!impl_->processor.Decode(ids, &out).ok()) return "";
-  return out;
+  return std::unique_ptr<SentencePieceModel>(plugin.load(path, error));
 }
 
 std::string TrainSentencePieceModel(const std::string& options) {
-  const auto status = sentencepiece::SentencePieceTrainer::Train(options);
-  return status.ok() ? "" : status.ToString();
+  const Plugin& plugin = GetPlugin();
+  if (plugin.train == nullptr) return plugin.error;
+  std::string error;
+  plugin.train(options, &error);
+  return error;
 }
 
 }  // namespace performer::server

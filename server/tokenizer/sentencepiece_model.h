@@ -1,7 +1,14 @@
-// A thin wrapper over sentencepiece::SentencePieceProcessor with std types
-// only. Debian's sentencepiece headers define their own absl::string_view,
-// which clashes with Abseil's: they may only be included by a translation
-// unit that includes no Abseil header, which is what this wrapper is for.
+// SentencePiece behind a plugin boundary, with std types only.
+//
+// Debian's libsentencepiece carries its own copy of protobuf-lite and exports
+// those symbols; linked into a process that also loads libprotobuf (gRPC,
+// LibTorch), one copy's static initialisers end up calling the other's
+// functions and the process crashes before main. So the library is only
+// ever loaded by dlopen, with RTLD_LOCAL | RTLD_DEEPBIND, through the small
+// plugin libperformer_sentencepiece.so (sentencepiece_plugin.cc): its
+// symbols stay private and it binds to its own protobuf copy. (Its headers
+// also define an absl::string_view of their own, which is why the plugin
+// includes no Abseil header.)
 #pragma once
 
 #include <memory>
@@ -13,20 +20,16 @@ namespace performer::server {
 
 class SentencePieceModel {
  public:
-  // nullptr and *error set when the file cannot be loaded.
-  static std::unique_ptr<SentencePieceModel> Load(const std::string& path, std::string* error);
-  ~SentencePieceModel();
-
-  int vocab_size() const;
-  bool Encode(std::string_view text, std::vector<int>* ids, std::string* error) const;
+  virtual ~SentencePieceModel() = default;
+  virtual int vocab_size() const = 0;
+  virtual bool Encode(std::string_view text, std::vector<int>* ids, std::string* error) const = 0;
   // Ids must be inside the vocabulary.
-  std::string Decode(const std::vector<int>& ids) const;
-
- private:
-  struct Impl;
-  explicit SentencePieceModel(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  virtual std::string Decode(const std::vector<int>& ids) const = 0;
 };
+
+// nullptr and *error set when the plugin or the model file cannot be loaded.
+std::unique_ptr<SentencePieceModel> LoadSentencePieceModel(const std::string& path,
+                                                           std::string* error);
 
 // Trains a model (tests and tools): `options` in sentencepiece's
 // "--input=... --model_prefix=..." form. Empty string on success, else the error.

@@ -111,7 +111,7 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer() { return std::make_unique<ByteTok
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path) {
   std::string error;
-  std::unique_ptr<SentencePieceModel> model = SentencePieceModel::Load(path, &error);
+  std::unique_ptr<SentencePieceModel> model = LoadSentencePieceModel(path, &error);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, ": ", error));
   return std::unique_ptr<Tokenizer>(new SentencePieceTokenizer(std::move(model)));
 }

@@ -1,0 +1,77 @@
+// The hand-off between the engine thread (producer) and one RPC (consumer):
+// new tokens, text and log-probabilities accumulate here until the RPC takes
+// them, so a reader that falls behind gets fewer, larger messages and never
+// blocks the batch. Past max_buffered_tokens untaken tokens, Append refuses
+// and the engine ends the request (slow reader). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/engine/generation_request.h"
+
+namespace performer::server {
+
+struct StreamChunk {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<float> logprobs;  // one per token when return_logprobs
+  bool empty() const { return token_ids.empty() && text.empty(); }
+};
+
+struct StreamSummary {
+  FinishReason reason = FinishReason::kNone;
+  absl::Status status;  // OK, or why the request failed
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double queue_seconds = 0;
+  double time_to_first_token_seconds = 0;
+  double total_seconds = 0;
+};
+
+class RequestStream {
+ public:
+  // max_buffered_tokens: 0 = unbounded.
+  explicit RequestStream(int64_t max_buffered_tokens = 0)
+      : max_buffered_tokens_(max_buffered_tokens) {}
+
+  // Engine side. Append returns false (and keeps nothing) when the untaken
+  // tokens would exceed the bound. Finish is always accepted, once.
+  bool Append(const StreamChunk& chunk);
+  void Finish(StreamSummary summary);
+
+  // Consumer side. The listener is called, outside the lock, after every
+  // Append/Finish (and once at once if data is already waiting); it must not
+  // block. Take() removes everything buffered; `summary` is set once the
+  // engine has finished the request and every chunk has been taken.
+  void SetListener(std::function<void()> listener);
+  struct Taken {
+    StreamChunk chunk;
+    std::optional<StreamSummary> summary;
+  };
+  Taken Take();
+  bool HasPending() const;
+
+  // Either side: asks the engine to end the request (it does within a step).
+  void RequestCancel(FinishReason reason = FinishReason::kCancelled);
+  // kNone when no cancel was requested.
+  FinishReason cancel_reason() const;
+
+ private:
+  void Notify();
+
+  const int64_t max_buffered_tokens_;
+  mutable std::mutex mu_;
+  StreamChunk pending_;
+  std::optional<StreamSummary> summary_;
+  bool summary_taken_ = false;
+  FinishReason cancel_ = FinishReason::kNone;
+  std::function<void()> listener_;
+};
+
+}  // namespace performer::server

@@ -1,0 +1,172 @@
+// performer-serve: hosts the models of a model repository over gRPC
+// (performer.v1.Generation, grpc.health.v1.Health, server reflection).
+//
+// Shutdown on SIGTERM or SIGINT: health turns NOT_SERVING at once, new
+// requests get UNAVAILABLE, running requests finish (up to --drain_timeout;
+// the rest end with UNAVAILABLE), then the process exits 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/repository/model_repository.h"
+#include "server/service/generation_service.h"
+
+#ifndef PERFORMER_DEFAULT_MODEL_REPOSITORY
+#define PERFORMER_DEFAULT_MODEL_REPOSITORY "models"
+#endif
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free port (see --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "Once every model is loaded and warmed up, write the bound port here.");
+ABSL_FLAG(std::string, model_repository, PERFORMER_DEFAULT_MODEL_REPOSITORY,
+          "Directory whose sub-folders (config.json + weights.safetensors) are the hosted "
+          "models, each named after its folder.");
+ABSL_FLAG(std::string, default_model, "",
+          "Model used when a request names none (default: the first decoder by name).");
+ABSL_FLAG(int64_t, state_memory_bytes, int64_t{1} << 30,
+          "Per model: recurrent-state memory; slots = this / state bytes per sequence.");
+ABSL_FLAG(int64_t, max_batch, 64, "Per model: at most this many sequences decode together.");
+ABSL_FLAG(int64_t, max_queue, 256,
+          "Per model: requests that may wait for a slot; beyond it RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
+          "Prompt tokens prefilled per engine step in one forward (longer prompts continue "
+          "token by token inside the batched step).");
+ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
+          "Generated tokens a streaming client may fall behind before its stream is ended "
+          "with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_message_bytes, 4 << 20, "Largest gRPC message received or sent.");
+ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = its default).");
+ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
+ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
+ABSL_FLAG(int32_t, keepalive_timeout_ms, 20000, "Keepalive ping ack timeout.");
+ABSL_FLAG(int32_t, keepalive_min_client_ping_ms, 10000,
+          "Shortest client ping interval accepted (pings without calls are allowed).");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long running requests may take to finish.");
+ABSL_FLAG(int32_t, step_delay_ms, 0,
+          "TEST HOOK: sleep this long in every engine step (keeps requests running in tests).");
+
+namespace {
+
+using performer::server::GenerationService;
+using performer::server::ModelRepository;
+
+constexpr char kServiceName[] = "performer.v1.Generation";
+
+int Run() {
+  // Every thread started from here on inherits this mask; the signals are
+  // taken by sigwait below, never by an asynchronous handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  performer::server::RepositoryOptions options;
+  options.state_memory_bytes = absl::GetFlag(FLAGS_state_memory_bytes);
+  options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
+  if (options.max_batch < 1 || options.engine.max_queue < 0 ||
+      options.engine.prefill_chunk_tokens < 1 || options.state_memory_bytes < 1) {
+    std::cerr << "performer-serve: --max_batch, --prefill_chunk_tokens and "
+                 "--state_memory_bytes must be positive, --max_queue non-negative\n";
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
+      absl::GetFlag(FLAGS_model_repository), options, absl::GetFlag(FLAGS_default_model));
+  if (!repository.ok()) {
+    std::cerr << "performer-serve: " << repository.status() << "\n";
+    return 1;
+  }
+
+  performer::server::ServiceOptions service_options;
+  service_options.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  service_options.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
+  GenerationService service(**repository, service_options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  const int message_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxReceiveMessageSize(message_bytes);
+  builder.SetMaxSendMessageSize(message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, absl::GetFlag(FLAGS_keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             absl::GetFlag(FLAGS_keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             absl::GetFlag(FLAGS_keepalive_min_client_ping_ms));
+  if (absl::GetFlag(FLAGS_grpc_max_threads) > 0) {
+    grpc::ResourceQuota quota("performer-serve");
+    quota.SetMaxThreads(absl::GetFlag(FLAGS_grpc_max_threads));
+    builder.SetResourceQuota(quota);
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "performer-serve: could not listen on " << address << "\n";
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  for (const auto& model : (*repository)->models()) {
+    health->SetServingStatus(absl::StrCat(kServiceName, "/", model->name), true);
+  }
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    // Written whole under a temporary name, so a reader never sees half.
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  std::cerr << "performer-serve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port
+            << " (default model " << (*repository)->default_model() << ")" << std::endl;
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::cerr << "performer-serve: signal " << signal_number << ", draining" << std::endl;
+  health->Shutdown();  // NOT_SERVING for every service, from now on
+  service.BeginDrain();
+  (*repository)->BeginDrain();
+  const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
+  if (!(*repository)->WaitIdle(drain)) {
+    std::cerr << "performer-serve: requests still running after " << drain
+              << ", ending them with UNAVAILABLE" << std::endl;
+  }
+  (*repository)->Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  std::cerr << "performer-serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves Performer models over gRPC (performer.v1.Generation).\n"
+      "Usage: performer-serve [--model_repository=DIR] [--port=N] [flags]");
+  absl::ParseCommandLine(argc, argv);
+  return Run();
+}

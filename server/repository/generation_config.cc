@@ -1,0 +1,75 @@
+#include "server/repository/generation_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace performer::server {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(const std::string& path, const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": \"", key, "\" ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_dir) {
+  GenerationConfig config;
+  const std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();
+  if (!std::filesystem::exists(path)) return config;
+  std::ifstream in(path);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  for (auto& [key, value] : j.items()) {
+    auto token_id = [&](std::optional<int64_t>& out) -> absl::Status {
+      if (value.is_null()) return absl::OkStatus();
+      if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+        return Bad(path, key, "must be a non-negative integer token id or null");
+      }
+      out = value.get<int64_t>();
+      return absl::OkStatus();
+    };
+    auto number = [&](float& out, bool positive) -> absl::Status {
+      if (!value.is_number() || (positive && value.get<double>() <= 0) || value.get<double>() < 0) {
+        return Bad(path, key, positive ? "must be a positive number" : "must be a number >= 0");
+      }
+      out = value.get<float>();
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (key == "bos_token_id") {
+      s = token_id(config.bos_token_id);
+    } else if (key == "eos_token_id") {
+      s = token_id(config.eos_token_id);
+    } else if (key == "pad_token_id") {
+      s = token_id(config.pad_token_id);
+    } else if (key == "decoder_start_token_id") {
+      s = token_id(config.decoder_start_token_id);
+    } else if (key == "max_new_tokens" || key == "top_k") {
+      if (!value.is_number_integer() || value.get<int64_t>() < (key == "top_k" ? 0 : 1)) {
+        s = Bad(path, key, key == "top_k" ? "must be an integer >= 0" : "must be an integer >= 1");
+      } else {
+        (key == "top_k" ? config.top_k : config.max_new_tokens) = value.get<int64_t>();
+      }
+    } else if (key == "temperature") {
+      s = number(config.temperature, false);
+    } else if (key == "top_p") {
+      s = number(config.top_p, true);
+      if (s.ok() && config.top_p > 1) s = Bad(path, key, "must be in (0, 1]");
+    } else if (key == "repetition_penalty") {
+      s = number(config.repetition_penalty, true);
+    } else {
+      s = Bad(path, key, "is not a known key");
+    }
+    if (!s.ok()) return s;
+  }
+  return config;
+}
+
+}  // namespace performer::server

@@ -1,0 +1,33 @@
+// A model folder's generation defaults (generation_config.json, optional):
+//   {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+//    "decoder_start_token_id": 1, "max_new_tokens": 64,
+//    "temperature": 0.8, "top_k": 0, "top_p": 0.95, "repetition_penalty": 1.0}
+// Every key is optional; unknown keys are an error (a typo would otherwise
+// silently change behaviour). Absent file: no eos, greedy, max_new_tokens 16.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace performer::server {
+
+struct GenerationConfig {
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> eos_token_id;
+  std::optional<int64_t> pad_token_id;
+  std::optional<int64_t> decoder_start_token_id;  // encoder-decoder prompt default
+  int64_t max_new_tokens = 16;
+  float temperature = 0.0f;
+  int64_t top_k = 0;
+  float top_p = 1.0f;
+  float repetition_penalty = 1.0f;
+};
+
+// Reads <model_dir>/generation_config.json; defaults when absent.
+// INVALID_ARGUMENT naming the file and key for a bad value.
+absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_dir);
+
+}  // namespace performer::server

@@ -1,0 +1,198 @@
+#include "server/repository/model_repository.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "core/decoding/performer_decoder.h"
+#include "core/models/model_folder.h"
+#include "server/repository/embedder.h"
+
+namespace performer::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One prefill and one step, so the first real request does not pay for
+// lazy allocations and kernel selection.
+absl::Status WarmUp(decoding::SequenceDecoder& decoder) {
+  absl::StatusOr<decoding::SequenceId> id = decoder.Create();
+  if (!id.ok()) return id.status();
+  decoding::PrefillRequest request;
+  request.prompt = {0};
+  if (decoder.info().needs_source) request.source = {0};
+  absl::Status status = decoder.Prefill(*id, request).status();
+  if (status.ok()) status = decoder.Step({*id}, {0}).status();
+  absl::Status released = decoder.Release(*id);
+  return status.ok() ? released : status;
+}
+
+absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
+                                                     const RepositoryOptions& options) {
+  const absl::Time start = absl::Now();
+  auto hosted = std::make_unique<HostedModel>();
+  hosted->name = dir.filename().string();
+  hosted->dir = dir.string();
+  absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(dir.string());
+  if (!model.ok()) return model.status();
+  if (model->model_class == "FastAttention") return std::unique_ptr<HostedModel>();
+
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir.string());
+  if (!tokenizer.ok()) return tokenizer.status();
+  hosted->tokenizer = std::move(*tokenizer);
+  absl::StatusOr<GenerationConfig> generation = LoadGenerationConfig(dir.string());
+  if (!generation.ok()) return generation.status();
+  hosted->generation = *generation;
+
+  const bool bidirectional = model->model_class == "PerformerLM" && !model->lm->config().causal;
+  if (bidirectional) {
+    hosted->kind = ModelKind::kEncoder;
+    hosted->vocab_size = model->lm->config().num_tokens;
+    hosted->max_sequence_length = model->lm->config().position_limit();
+    hosted->embedder = std::make_unique<Embedder>(*model);
+  } else {
+    hosted->kind = model->model_class == "PerformerEncDec" ? ModelKind::kEncoderDecoder
+                                                           : ModelKind::kDecoder;
+    if (hosted->kind == ModelKind::kEncoderDecoder) {
+      hosted->embedder = std::make_unique<Embedder>(*model);
+    }
+    // The exact state size decides the slots: probe with one slot first.
+    absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> probe =
+        decoding::PerformerDecoder::Create(*model, 1);
+    if (!probe.ok()) return probe.status();
+    const int64_t bytes = (*probe)->info().state_bytes_per_sequence;
+    probe->reset();
+    const int64_t slots =
+        std::min<int64_t>(options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, bytes));
+    if (slots < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          hosted->name, ": one sequence needs ", bytes, " state bytes but --state_memory_bytes is ",
+          options.state_memory_bytes));
+    }
+    absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
+        decoding::PerformerDecoder::Create(*model, slots);
+    if (!decoder.ok()) return decoder.status();
+    if (absl::Status s = WarmUp(**decoder); !s.ok()) {
+      return absl::InternalError(absl::StrCat(hosted->name, ": warm-up failed: ", s.ToString()));
+    }
+    hosted->vocab_size = (*decoder)->info().vocab_size;
+    hosted->max_sequence_length = (*decoder)->info().max_seq_len;
+    hosted->engine = std::make_unique<Engine>(hosted->name, std::move(*decoder),
+                                              hosted->tokenizer.get(), options.engine);
+  }
+  hosted->load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return hosted;
+}
+
+}  // namespace
+
+std::string_view ModelKindName(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kDecoder:
+      return "decoder";
+    case ModelKind::kEncoderDecoder:
+      return "encoder-decoder";
+    case ModelKind::kEncoder:
+      return "encoder";
+  }
+  return "unknown";
+}
+
+HostedModel::HostedModel() = default;
+HostedModel::~HostedModel() = default;
+HostedModel::HostedModel(HostedModel&&) noexcept = default;
+
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
+    const std::string& dir, const RepositoryOptions& options, std::string default_model) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) {
+    return absl::NotFoundError(absl::StrCat("model repository ", dir, " is not a directory"));
+  }
+  if (options.intra_op_threads > 0) torch::set_num_threads(options.intra_op_threads);
+  std::vector<fs::path> folders;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const fs::path& p = entry.path();
+    if (fs::is_directory(p) && fs::exists(p / "config.json") &&
+        fs::exists(p / "weights.safetensors")) {
+      folders.push_back(p);
+    }
+  }
+  std::sort(folders.begin(), folders.end());
+  auto repository = std::unique_ptr<ModelRepository>(new ModelRepository());
+  for (const fs::path& folder : folders) {
+    absl::StatusOr<std::unique_ptr<HostedModel>> model = LoadOne(folder, options);
+    if (!model.ok()) {
+      return absl::Status(model.status().code(), absl::StrCat("model ", folder.string(), ": ",
+                                                              model.status().message()));
+    }
+    if (*model == nullptr) {
+      std::cerr << "performer-serve: skipping " << folder.string()
+                << ": a bare FastAttention layer is not a servable model\n";
+      continue;
+    }
+    std::cerr << "performer-serve: loaded " << (*model)->name << " ("
+              << ModelKindName((*model)->kind) << ", vocab " << (*model)->vocab_size
+              << ", max length " << (*model)->max_sequence_length;
+    if ((*model)->engine) {
+      std::cerr << ", " << (*model)->engine->info().state_bytes_per_sequence
+                << " state bytes/sequence, " << (*model)->engine->info().capacity << " slots";
+    }
+    std::cerr << ") in " << (*model)->load_seconds << " s\n";
+    repository->models_.push_back(std::move(*model));
+  }
+  if (repository->models_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model repository ", dir,
+                     " holds no servable model (sub-folders with config.json and "
+                     "weights.safetensors)"));
+  }
+  if (default_model.empty()) {
+    // The first generating model, else the first.
+    default_model = repository->models_.front()->name;
+    for (const auto& m : repository->models_) {
+      if (m->engine) {
+        default_model = m->name;
+        break;
+      }
+    }
+  } else if (repository->Find(default_model) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("--default_model ", default_model, " is not in the repository ", dir));
+  }
+  repository->default_model_ = default_model;
+  return repository;
+}
+
+HostedModel* ModelRepository::Find(const std::string& name) {
+  const std::string& wanted = name.empty() ? default_model_ : name;
+  for (auto& m : models_) {
+    if (m->name == wanted) return m.get();
+  }
+  return nullptr;
+}
+
+void ModelRepository::BeginDrain() {
+  for (auto& m : models_) {
+    if (m->engine) m->engine->BeginDrain();
+  }
+}
+
+bool ModelRepository::WaitIdle(absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  bool idle = true;
+  for (auto& m : models_) {
+    if (m->engine) idle = m->engine->WaitIdle(std::max(absl::ZeroDuration(), until - absl::Now())) && idle;
+  }
+  return idle;
+}
+
+void ModelRepository::Stop() {
+  for (auto& m : models_) {
+    if (m->engine) m->engine->Stop();
+  }
+}
+
+}  // namespace performer::server

@@ -1,0 +1,77 @@
+// The models a server hosts: every sub-folder of the repository directory
+// that holds config.json + weights.safetensors is a model named after the
+// folder (other files are ignored, so a fixture folder is a valid model).
+// Each decoder or encoder-decoder model gets its own Engine; a bidirectional
+// PerformerLM is hosted for Embed only; folders of other model classes
+// (FastAttention) are skipped with a warning.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/engine.h"
+#include "server/repository/generation_config.h"
+#include "server/tokenizer/tokenizer.h"
+
+namespace performer::server {
+
+enum class ModelKind { kDecoder, kEncoderDecoder, kEncoder };
+std::string_view ModelKindName(ModelKind kind);
+
+class Embedder;  // server/repository/embedder.h
+
+struct RepositoryOptions {
+  // Per model: slots = min(state_memory_bytes / state bytes per sequence, max_batch).
+  int64_t state_memory_bytes = int64_t{1} << 30;
+  int64_t max_batch = 64;
+  EngineOptions engine;
+  int intra_op_threads = 0;  // 0 = LibTorch's default
+};
+
+struct HostedModel {
+  std::string name;
+  std::string dir;
+  ModelKind kind = ModelKind::kDecoder;
+  int64_t vocab_size = 0;
+  int64_t max_sequence_length = 0;
+  std::unique_ptr<Tokenizer> tokenizer;  // null: token ids only
+  GenerationConfig generation;
+  std::unique_ptr<Engine> engine;      // decoder / encoder-decoder
+  std::unique_ptr<Embedder> embedder;  // encoder / encoder-decoder (its encoder)
+  double load_seconds = 0;
+  ~HostedModel();
+  HostedModel();
+  HostedModel(HostedModel&&) noexcept;
+};
+
+class ModelRepository {
+ public:
+  // Loads every model under `dir`; starts their engines. A folder that looks
+  // like a model but fails to load is an error naming it (the server does
+  // not start half-configured). NOT_FOUND when dir is missing,
+  // FAILED_PRECONDITION when it holds no servable model.
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> Load(const std::string& dir,
+                                                               const RepositoryOptions& options,
+                                                               std::string default_model = "");
+
+  // Empty name = the default model. nullptr when unknown.
+  HostedModel* Find(const std::string& name);
+  const std::vector<std::unique_ptr<HostedModel>>& models() const { return models_; }
+  const std::string& default_model() const { return default_model_; }
+
+  void BeginDrain();
+  bool WaitIdle(absl::Duration timeout);
+  void Stop();
+
+ private:
+  std::vector<std::unique_ptr<HostedModel>> models_;
+  std::string default_model_;
+};
+
+}  // namespace performer::server

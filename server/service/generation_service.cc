@@ -1,0 +1,527 @@
+#include "server/service/generation_service.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/decoding/sequence_decoder.h"
+#include "server/repository/embedder.h"
+
+namespace performer::server {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+v1::FinishReason ToWire(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopToken:
+      return v1::FINISH_REASON_STOP_TOKEN;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline:
+      return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kNone:
+    case FinishReason::kError:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+v1::ModelKind ToWire(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kDecoder:
+      return v1::MODEL_KIND_DECODER;
+    case ModelKind::kEncoderDecoder:
+      return v1::MODEL_KIND_ENCODER_DECODER;
+    case ModelKind::kEncoder:
+      return v1::MODEL_KIND_ENCODER;
+  }
+  return v1::MODEL_KIND_UNSPECIFIED;
+}
+
+std::string NewRequestId() {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::BitGen* gen = new absl::BitGen();
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("req-%016x", absl::Uniform<uint64_t>(*gen));
+}
+
+// Text or token ids of a oneof, as model tokens. `field` names the text
+// field in messages.
+absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_text,
+                                            const std::string& text,
+                                            const google::protobuf::RepeatedField<int32_t>& ids,
+                                            const char* field) {
+  if (has_text) {
+    if (model.tokenizer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": model ", model.name,
+          " has no tokenizer; send token ids instead (its ModelInfo.tokenizer is empty)"));
+    }
+    absl::StatusOr<std::vector<int32_t>> encoded = model.tokenizer->Encode(text);
+    if (!encoded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", encoded.status().message()));
+    }
+    return std::vector<int64_t>(encoded->begin(), encoded->end());
+  }
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+// The wire request as the engine's request, with the model's defaults.
+absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wire,
+                                                  const HostedModel& model,
+                                                  const ServiceOptions& options,
+                                                  const grpc::CallbackServerContext& context) {
+  GenerationRequest r;
+  r.request_id = wire.request_id().empty() ? NewRequestId() : wire.request_id();
+  absl::StatusOr<std::vector<int64_t>> prompt =
+      Tokens(model, wire.prompt_case() == v1::GenerateRequest::kPromptText, wire.prompt_text(),
+             wire.prompt_tokens().ids(), "prompt_text");
+  if (!prompt.ok()) return prompt.status();
+  r.prompt = std::move(*prompt);
+  absl::StatusOr<std::vector<int64_t>> source =
+      Tokens(model, wire.source_case() == v1::GenerateRequest::kSourceText, wire.source_text(),
+             wire.source_tokens().ids(), "source_text");
+  if (!source.ok()) return source.status();
+  r.source = std::move(*source);
+  const GenerationConfig& defaults = model.generation;
+  if (model.kind == ModelKind::kEncoderDecoder && r.prompt.empty()) {
+    if (defaults.decoder_start_token_id.has_value()) {
+      r.prompt = {*defaults.decoder_start_token_id};
+    } else if (defaults.bos_token_id.has_value()) {
+      r.prompt = {*defaults.bos_token_id};
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt_tokens: empty, and model ", model.name,
+          " has no decoder_start_token_id in generation_config.json to start the decoder with"));
+    }
+  }
+
+  generation::SamplingParams& s = r.sampling;
+  if (wire.max_new_tokens() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 0 (0 = the model's default), got ",
+                     wire.max_new_tokens()));
+  }
+  if (wire.max_new_tokens() > options.max_new_tokens_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", wire.max_new_tokens(),
+                                                   " exceeds this server's limit of ",
+                                                   options.max_new_tokens_limit));
+  }
+  if (wire.max_new_tokens() > 0) {
+    s.max_new_tokens = wire.max_new_tokens();
+  } else {
+    // The default is trimmed to what fits after the prompt; an explicit
+    // request that does not fit is an error (Engine::Validate).
+    const int64_t room = model.max_sequence_length - static_cast<int64_t>(r.prompt.size());
+    s.max_new_tokens = std::max<int64_t>(
+        1, std::min({defaults.max_new_tokens, options.max_new_tokens_limit, room}));
+  }
+  s.temperature = wire.has_temperature() ? wire.temperature() : defaults.temperature;
+  s.top_k = wire.top_k() != 0 ? wire.top_k() : defaults.top_k;
+  s.top_p = wire.has_top_p() ? wire.top_p() : defaults.top_p;
+  s.repetition_penalty =
+      wire.has_repetition_penalty() ? wire.repetition_penalty() : defaults.repetition_penalty;
+  if (wire.has_seed()) s.seed = wire.seed();
+  s.stop_token_ids.assign(wire.stop_token_ids().begin(), wire.stop_token_ids().end());
+  if (!wire.ignore_eos()) s.eos_token_id = defaults.eos_token_id;
+  r.stop_strings.assign(wire.stop_strings().begin(), wire.stop_strings().end());
+  r.return_logprobs = wire.return_logprobs();
+  r.priority = wire.priority();
+  const auto deadline = context.deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    r.deadline = absl::FromChrono(deadline);
+  }
+  return r;
+}
+
+// Looks up the model of a generation request.
+absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository,
+                                             const std::string& name) {
+  HostedModel* model = repository.Find(name);
+  if (model == nullptr) {
+    return absl::NotFoundError(absl::StrCat("model: no model named \"", name,
+                                            "\" is hosted here (see ListModels)"));
+  }
+  if (model->engine == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model->name, " is a bidirectional encoder: it supports Embed, not generation"));
+  }
+  return model;
+}
+
+void FillChunk(const std::string& request_id, const StreamChunk& chunk,
+               v1::GenerateResponse* response) {
+  response->set_request_id(request_id);
+  response->mutable_token_ids()->Add(chunk.token_ids.begin(), chunk.token_ids.end());
+  response->mutable_text()->append(chunk.text);
+  response->mutable_logprobs()->Add(chunk.logprobs.begin(), chunk.logprobs.end());
+}
+
+void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
+  response->set_finish_reason(ToWire(summary.reason));
+  response->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(summary.prompt_tokens));
+  response->mutable_usage()->set_generated_tokens(static_cast<int32_t>(summary.generated_tokens));
+  response->mutable_timings()->set_queue_seconds(summary.queue_seconds);
+  response->mutable_timings()->set_time_to_first_token_seconds(
+      summary.time_to_first_token_seconds);
+  response->mutable_timings()->set_total_seconds(summary.total_seconds);
+}
+
+// The reason a cancelled RPC gives the engine.
+FinishReason CancelReason(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  return deadline != std::chrono::system_clock::time_point::max() &&
+                 deadline <= std::chrono::system_clock::now()
+             ? FinishReason::kDeadline
+             : FinishReason::kCancelled;
+}
+
+// A finished request that ended with cancel or deadline still sends its
+// last message (finish_reason) before the status; other errors drop it.
+bool SendsFinalMessage(const StreamSummary& summary) {
+  return summary.status.ok() || summary.reason == FinishReason::kCancelled ||
+         summary.reason == FinishReason::kDeadline;
+}
+
+// Streams one request's tokens. The engine thread calls the listener; gRPC
+// calls the reactions. One recursive mutex orders them (a reaction may run
+// inline inside StartWrite), and `alive` keeps a late listener call away
+// from a deleted reactor.
+class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  StreamWriter(grpc::CallbackServerContext* context, std::string request_id)
+      : context_(context), request_id_(std::move(request_id)), guard_(std::make_shared<Guard>()) {}
+
+  void FinishNow(const grpc::Status& status) {
+    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    done_ = true;
+    Finish(status);
+  }
+
+  void Attach(std::shared_ptr<RequestStream> stream) {
+    stream_ = std::move(stream);
+    std::shared_ptr<Guard> guard = guard_;
+    stream_->SetListener([this, guard] {
+      std::lock_guard<std::recursive_mutex> lock(guard->mu);
+      if (guard->alive) Pump();
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    writing_ = false;
+    if (done_) return;
+    if (!ok) {
+      // The client is gone: stop generating for it.
+      if (stream_) stream_->RequestCancel(CancelReason(context_));
+      done_ = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    if (final_status_.has_value()) {
+      done_ = true;
+      Finish(*final_status_);
+      return;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    if (stream_) stream_->RequestCancel(CancelReason(context_));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+      guard_->alive = false;
+    }
+    delete this;
+  }
+
+ private:
+  struct Guard {
+    std::recursive_mutex mu;
+    bool alive = true;
+  };
+
+  // Called with the lock held: sends whatever the engine has produced.
+  void Pump() {
+    if (writing_ || done_ || final_status_.has_value()) return;
+    RequestStream::Taken taken = stream_->Take();
+    if (taken.chunk.empty() && !taken.summary.has_value()) return;
+    if (taken.summary.has_value() && !SendsFinalMessage(*taken.summary)) {
+      done_ = true;
+      Finish(ToGrpc(taken.summary->status));
+      return;
+    }
+    response_.Clear();
+    FillChunk(request_id_, taken.chunk, &response_);
+    if (taken.summary.has_value()) {
+      FillSummary(*taken.summary, &response_);
+      final_status_ = ToGrpc(taken.summary->status);
+    }
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  grpc::CallbackServerContext* context_;
+  const std::string request_id_;
+  std::shared_ptr<Guard> guard_;
+  std::shared_ptr<RequestStream> stream_;
+  v1::GenerateResponse response_;
+  bool writing_ = false;
+  bool done_ = false;
+  std::optional<grpc::Status> final_status_;
+};
+
+// Unary Generate: collects the whole generation, then answers once.
+class UnaryGenerator : public grpc::ServerUnaryReactor {
+ public:
+  UnaryGenerator(grpc::CallbackServerContext* context, std::string request_id,
+                 v1::GenerateResponse* response)
+      : context_(context),
+        request_id_(std::move(request_id)),
+        response_(response),
+        guard_(std::make_shared<Guard>()) {}
+
+  void FinishNow(const grpc::Status& status) {
+    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    done_ = true;
+    Finish(status);
+  }
+
+  void Attach(std::shared_ptr<RequestStream> stream) {
+    stream_ = std::move(stream);
+    std::shared_ptr<Guard> guard = guard_;
+    stream_->SetListener([this, guard] {
+      std::lock_guard<std::recursive_mutex> lock(guard->mu);
+      if (guard->alive) Collect();
+    });
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    if (stream_) stream_->RequestCancel(CancelReason(context_));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+      guard_->alive = false;
+    }
+    delete this;
+  }
+
+ private:
+  struct Guard {
+    std::recursive_mutex mu;
+    bool alive = true;
+  };
+
+  void Collect() {
+    if (done_) return;
+    RequestStream::Taken taken = stream_->Take();
+    FillChunk(request_id_, taken.chunk, response_);
+    if (!taken.summary.has_value()) return;
+    FillSummary(*taken.summary, response_);
+    done_ = true;
+    Finish(ToGrpc(taken.summary->status));
+  }
+
+  grpc::CallbackServerContext* context_;
+  const std::string request_id_;
+  v1::GenerateResponse* response_;
+  std::shared_ptr<Guard> guard_;
+  std::shared_ptr<RequestStream> stream_;
+  bool done_ = false;
+};
+
+void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
+  info->set_name(model.name);
+  info->set_kind(ToWire(model.kind));
+  info->set_vocab_size(static_cast<int32_t>(model.vocab_size));
+  info->set_max_sequence_length(static_cast<int32_t>(model.max_sequence_length));
+  info->set_tokenizer(model.tokenizer ? model.tokenizer->name() : "");
+  if (model.engine) {
+    const EngineStats stats = model.engine->Stats();
+    info->set_state_bytes_per_sequence(model.engine->info().state_bytes_per_sequence);
+    info->set_max_sequences(static_cast<int32_t>(stats.capacity));
+    info->set_active_sequences(static_cast<int32_t>(stats.active));
+    info->set_queued_requests(static_cast<int32_t>(stats.queued));
+    info->set_ready(!model.engine->draining());
+  } else {
+    info->set_ready(true);
+  }
+}
+
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+GenerationService::GenerationService(ModelRepository& repository, ServiceOptions options)
+    : repository_(repository), options_(options) {}
+
+// Resolves, converts and submits a generation; on failure returns the status
+// to finish the RPC with (and sets the retry hint for overload).
+template <typename Reactor>
+static grpc::Status Start(ModelRepository& repository, const ServiceOptions& options,
+                          bool draining, grpc::CallbackServerContext* context,
+                          const v1::GenerateRequest& wire, int64_t buffer_tokens,
+                          std::string* request_id, Reactor** reactor_out,
+                          std::function<Reactor*(std::string)> make) {
+  if (draining) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the server is shutting down and accepts no new requests");
+  }
+  absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
+  if (!model.ok()) return ToGrpc(model.status());
+  absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, options, *context);
+  if (!request.ok()) return ToGrpc(request.status());
+  request->max_buffered_tokens = buffer_tokens;
+  *request_id = request->request_id;
+  auto stream = std::make_shared<RequestStream>(buffer_tokens);
+  Reactor* reactor = make(*request_id);
+  // The listener is attached before the engine can produce anything.
+  reactor->Attach(stream);
+  absl::Status submitted = (*model)->engine->Submit(std::move(*request), stream);
+  if (!submitted.ok()) {
+    if (absl::IsResourceExhausted(submitted)) {
+      const int64_t ms = absl::ToInt64Milliseconds((*model)->engine->RetryHint());
+      context->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(ms));
+      submitted = absl::ResourceExhaustedError(
+          absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
+    }
+    *reactor_out = reactor;
+    return ToGrpc(submitted);
+  }
+  *reactor_out = reactor;
+  return grpc::Status::OK;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  std::string request_id;
+  StreamWriter* writer = nullptr;
+  grpc::Status status = Start<StreamWriter>(
+      repository_, options_, draining_.load(), context, *request, options_.stream_buffer_tokens,
+      &request_id, &writer,
+      [context](std::string id) { return new StreamWriter(context, std::move(id)); });
+  if (writer == nullptr) writer = new StreamWriter(context, request->request_id());
+  if (!status.ok()) writer->FinishNow(status);
+  return writer;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
+                                                      const v1::GenerateRequest* request,
+                                                      v1::GenerateResponse* response) {
+  std::string request_id;
+  UnaryGenerator* generator = nullptr;
+  grpc::Status status = Start<UnaryGenerator>(
+      repository_, options_, draining_.load(), context, *request, /*buffer_tokens=*/0,
+      &request_id, &generator, [context, response](std::string id) {
+        return new UnaryGenerator(context, std::move(id), response);
+      });
+  if (generator == nullptr) generator = new UnaryGenerator(context, request->request_id(), response);
+  if (!status.ok()) generator->FinishNow(status);
+  return generator;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext* context,
+                                                    const v1::CancelRequest* request,
+                                                    v1::CancelResponse* response) {
+  if (request->request_id().empty()) {
+    return Answer(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        "request_id: empty; name the request to cancel"));
+  }
+  bool cancelled = false;
+  for (const auto& model : repository_.models()) {
+    if (model->engine && model->engine->Cancel(request->request_id())) cancelled = true;
+  }
+  response->set_cancelled(cancelled);
+  return Answer(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,
+                                                        const v1::ListModelsRequest* /*request*/,
+                                                        v1::ListModelsResponse* response) {
+  for (const auto& model : repository_.models()) FillModelInfo(*model, response->add_models());
+  response->set_default_model(repository_.default_model());
+  return Answer(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContext* context,
+                                                      const v1::GetModelRequest* request,
+                                                      v1::ModelInfo* response) {
+  HostedModel* model = repository_.Find(request->name());
+  if (model == nullptr) {
+    return Answer(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                        absl::StrCat("name: no model named \"", request->name(),
+                                                     "\" is hosted here (see ListModels)")));
+  }
+  FillModelInfo(*model, response);
+  return Answer(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* context,
+                                                   const v1::EmbedRequest* request,
+                                                   v1::EmbedResponse* response) {
+  if (draining_.load()) {
+    return Answer(context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                        "the server is shutting down and accepts no new requests"));
+  }
+  HostedModel* model = repository_.Find(request->model());
+  if (model == nullptr) {
+    return Answer(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                        absl::StrCat("model: no model named \"", request->model(),
+                                                     "\" is hosted here (see ListModels)")));
+  }
+  if (model->embedder == nullptr) {
+    return Answer(context,
+                  grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                               absl::StrCat("model ", model->name,
+                                            " is a causal decoder: Embed needs a bidirectional "
+                                            "model or an encoder-decoder (its encoder)")));
+  }
+  const v1::Pooling pooling = request->pooling();
+  if (pooling != v1::POOLING_UNSPECIFIED && pooling != v1::POOLING_MEAN &&
+      pooling != v1::POOLING_NONE) {
+    return Answer(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        absl::StrCat("pooling: unknown value ", pooling)));
+  }
+  absl::StatusOr<std::vector<int64_t>> tokens =
+      Tokens(*model, request->input_case() == v1::EmbedRequest::kText, request->text(),
+             request->tokens().ids(), "text");
+  if (!tokens.ok()) return Answer(context, ToGrpc(tokens.status()));
+  absl::StatusOr<Embedding> embedding =
+      model->embedder->Embed(*tokens, pooling != v1::POOLING_NONE);
+  if (!embedding.ok()) return Answer(context, ToGrpc(embedding.status()));
+  response->set_dim(static_cast<int32_t>(embedding->dim));
+  response->set_tokens(static_cast<int32_t>(embedding->tokens));
+  response->mutable_values()->Add(embedding->values.begin(), embedding->values.end());
+  return Answer(context, grpc::Status::OK);
+}
+
+}  // namespace performer::server

@@ -1,0 +1,51 @@
+// performer.v1.Generation on gRPC's callback API: requests are validated and
+// tokenized here, then handed to the model's Engine; streamed tokens flow
+// back through a RequestStream without blocking gRPC threads. Health status
+// (grpc.health.v1) is kept by the caller (server/main.cc).
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "performer/v1/generation.grpc.pb.h"
+#include "server/repository/model_repository.h"
+
+namespace performer::server {
+
+struct ServiceOptions {
+  int64_t max_new_tokens_limit = 4096;   // cap on a request's max_new_tokens
+  int64_t stream_buffer_tokens = 1024;   // slow-reader bound per stream
+};
+
+class GenerationService final : public performer::v1::Generation::CallbackService {
+ public:
+  GenerationService(ModelRepository& repository, ServiceOptions options);
+
+  // New requests get UNAVAILABLE from now on.
+  void BeginDrain() { draining_ = true; }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
+                                   const v1::CancelRequest* request,
+                                   v1::CancelResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const v1::GetModelRequest* request,
+                                     v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
+                                  const v1::EmbedRequest* request,
+                                  v1::EmbedResponse* response) override;
+
+ private:
+  ModelRepository& repository_;
+  const ServiceOptions options_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace performer::server
