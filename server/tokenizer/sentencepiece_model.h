@@ -1,14 +1,16 @@
 // SentencePiece behind a plugin boundary, with std types only.
 //
-// Debian's libsentencepiece carries its own copy of protobuf-lite and exports
-// those symbols; linked into a process that also loads libprotobuf (gRPC,
-// LibTorch), one copy's static initialisers end up calling the other's
-// functions and the process crashes before main. So the library is only
-// ever loaded by dlopen, with RTLD_LOCAL | RTLD_DEEPBIND, through the small
-// plugin libperformer_sentencepiece.so (sentencepiece_plugin.cc): its
-// symbols stay private and it binds to its own protobuf copy. (Its headers
-// also define an absl::string_view of their own, which is why the plugin
-// includes no Abseil header.)
+// Debian's libsentencepiece carries its own copy of protobuf-lite 3.14 and
+// exports those symbols. Linked into a process that also loads libprotobuf
+// 3.21 (gRPC, LibTorch), one copy's static initialisers call the other's
+// functions and the process crashes before main; loaded with RTLD_LOCAL it
+// binds to libprotobuf and aborts on the version check; with RTLD_DEEPBIND
+// it crashes on libstdc++'s copy-relocated std::cerr. So the small plugin
+// libperformer_sentencepiece.so (sentencepiece_plugin.cc) is loaded with
+// dlmopen into a link namespace of its own, behind a C interface that
+// copies every result into the caller's buffers. (Its headers also define
+// an absl::string_view of their own, which is why the plugin includes no
+// Abseil header.)
 #pragma once
 
 #include <memory>

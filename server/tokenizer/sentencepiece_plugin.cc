@@ -1,50 +1,83 @@
 // libperformer_sentencepiece.so: the only code that touches libsentencepiece
-// (see sentencepiece_model.h for why it is a dlopen'ed plugin).
+// (see sentencepiece_model.h for why it lives in its own link namespace).
+// Its entry points are plain C: nothing allocated on one side of the
+// namespace boundary is ever freed on the other (each side has its own C
+// and C++ runtime), so results are copied into the caller's buffers.
 // No Abseil header may be included here.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include "server/tokenizer/sentencepiece_model.h"
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
 
-namespace performer::server {
 namespace {
 
-class ProcessorModel : public SentencePieceModel {
- public:
-  bool Load(const std::string& path, std::string* error) {
-    const auto status = processor_.Load(path);
-    if (!status.ok()) *error = status.ToString();
-    return status.ok();
-  }
-  int vocab_size() const override { return processor_.GetPieceSize(); }
-  bool Encode(std::string_view text, std::vector<int>* ids, std::string* error) const override {
-    const auto status = processor_.Encode(text, ids);
-    if (!status.ok()) *error = status.ToString();
-    return status.ok();
-  }
-  std::string Decode(const std::vector<int>& ids) const override {
-    std::string out;
-    if (!processor_.Decode(ids, &out).ok()) return "";
-    return out;
-  }
-
- private:
-  sentencepiece::SentencePieceProcessor processor_;
-};
-
-}  // namespace
-}  // namespace performer::server
-
-// The plugin's entry points, found with dlsym.
-extern "C" __attribute__((visibility("default"))) performer::server::SentencePieceModel*
-PerformerSentencePieceLoad(const std::string& path, std::string* error) {
-  auto model = std::make_unique<performer::server::ProcessorModel>();
-  if (!model->Load(path, error)) return nullptr;
-  return model.release();
+void CopyError(const std::string& message, char* error, size_t capacity) {
+  if (capacity == 0) return;
+  const size_t n = std::min(message.size(), capacity - 1);
+  std::memcpy(error, message.data(), n);
+  error[n] = '\0';
 }
 
-extern "C" __attribute__((visibility("default"))) void PerformerSentencePieceTrain(
-    const std::string& options, std::string* error) {
+}  // namespace
+
+#define PERFORMER_SPM_EXPORT extern "C" __attribute__((visibility("default")))
+
+PERFORMER_SPM_EXPORT void* PerformerSpmLoad(const char* path, char* error, size_t error_capacity) {
+  auto* processor = new sentencepiece::SentencePieceProcessor();
+  const auto status = processor->Load(path);
+  if (!status.ok()) {
+    CopyError(status.ToString(), error, error_capacity);
+    delete processor;
+    return nullptr;
+  }
+  return processor;
+}
+
+PERFORMER_SPM_EXPORT void PerformerSpmFree(void* handle) {
+  delete static_cast<sentencepiece::SentencePieceProcessor*>(handle);
+}
+
+PERFORMER_SPM_EXPORT int PerformerSpmVocabSize(void* handle) {
+  return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->GetPieceSize();
+}
+
+// Returns the number of ids (written only when it fits `capacity`; call
+// again with a larger buffer otherwise), or -1 with the error set.
+PERFORMER_SPM_EXPORT long PerformerSpmEncode(void* handle, const char* text, size_t length,
+                                             int* ids, size_t capacity, char* error,
+                                             size_t error_capacity) {
+  std::vector<int> out;
+  const auto status = static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Encode(
+      std::string_view(text, length), &out);
+  if (!status.ok()) {
+    CopyError(status.ToString(), error, error_capacity);
+    return -1;
+  }
+  if (out.size() <= capacity) std::copy(out.begin(), out.end(), ids);
+  return static_cast<long>(out.size());
+}
+
+// Returns the text's length (written only when it fits `capacity`), or -1.
+PERFORMER_SPM_EXPORT long PerformerSpmDecode(void* handle, const int* ids, size_t count,
+                                             char* text, size_t capacity) {
+  std::string out;
+  const auto status = static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Decode(
+      std::vector<int>(ids, ids + count), &out);
+  if (!status.ok()) return -1;
+  if (out.size() <= capacity) std::memcpy(text, out.data(), out.size());
+  return static_cast<long>(out.size());
+}
+
+// 0 on success, else -1 with the error set.
+PERFORMER_SPM_EXPORT int PerformerSpmTrain(const char* options, char* error,
+                                           size_t error_capacity) {
   const auto status = sentencepiece::SentencePieceTrainer::Train(options);
-  *error = status.ok() ? "" : status.ToString();
+  if (!status.ok()) {
+    CopyError(status.ToString(), error, error_capacity);
+    return -1;
+  }
+  return 0;
 }
