@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libspdlog-dev libsentencepiece-dev
   nlohmann-json3-dev
-  python3 python3-torch python3-numpy
+  python3 python3-torch python3-numpy python3-grpcio python3-protobuf
   clang-format clang-tidy
 )
 
@@ -22,6 +22,12 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+
+# The integration tests run Node's @grpc/grpc-js: any node >= 18 with npm
+# will do (a machine may already have one from elsewhere than Debian).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all packages present"
