@@ -101,8 +101,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   // The folder must load exactly as the server will load it.
-  absl::StatusOr<performer::models::LoadedModel> loaded =
-      performer::models::LoadModelFolder(out);
+  absl::StatusOr<performer::models::LoadedModel> loaded = performer::models::LoadModelFolder(out);
   if (!loaded.ok()) {
     std::cerr << "the written folder does not load: " << loaded.status() << "\n";
     return 1;

@@ -79,13 +79,11 @@ absl::Status Engine::Validate(const GenerationRequest& r) const {
           "source_text / source_tokens: an encoder-decoder model needs a non-empty source");
     }
     if (static_cast<int64_t>(r.source.size()) > info.max_source_len) {
-      return absl::InvalidArgumentError(absl::StrCat("source_tokens: the source has ",
-                                                     r.source.size(),
-                                                     " tokens; the encoder's max_seq_len is ",
-                                                     info.max_source_len));
+      return absl::InvalidArgumentError(
+          absl::StrCat("source_tokens: the source has ", r.source.size(),
+                       " tokens; the encoder's max_seq_len is ", info.max_source_len));
     }
-    if (absl::Status s = CheckTokens(r.source, info.source_vocab_size, "source_tokens");
-        !s.ok()) {
+    if (absl::Status s = CheckTokens(r.source, info.source_vocab_size, "source_tokens"); !s.ok()) {
       return s;
     }
   } else if (!r.source.empty()) {
@@ -109,8 +107,8 @@ absl::Status Engine::Validate(const GenerationRequest& r) const {
   }
   if (!r.stop_strings.empty()) {
     if (tokenizer_ == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stop_strings: model ", model_name_, " has no tokenizer, so it produces no text"));
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings: model ", model_name_,
+                                                     " has no tokenizer, so it produces no text"));
     }
     for (size_t i = 0; i < r.stop_strings.size(); ++i) {
       if (r.stop_strings[i].empty()) {
@@ -255,8 +253,8 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   int64_t budget = options_.prefill_chunk_tokens;
   while (!queue_.empty() && static_cast<int64_t>(running_.size() + admitted.size()) < capacity) {
     auto it = queue_.begin();
-    const int64_t chunk = std::min<int64_t>(
-        static_cast<int64_t>(it->second->request.prompt.size()), options_.prefill_chunk_tokens);
+    const int64_t chunk = std::min<int64_t>(static_cast<int64_t>(it->second->request.prompt.size()),
+                                            options_.prefill_chunk_tokens);
     if (!admitted.empty() && chunk > budget) break;
     budget -= chunk;
     admitted.push_back(std::move(it->second));
@@ -274,8 +272,8 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     summary.status = std::move(status);
     summary.prompt_tokens = static_cast<int64_t>(request.prompt.size() + request.source.size());
     summary.generated_tokens = generated;
-    summary.queue_seconds = Seconds((admitted_at == absl::InfinitePast() ? end : admitted_at) -
-                                    accepted);
+    summary.queue_seconds =
+        Seconds((admitted_at == absl::InfinitePast() ? end : admitted_at) - accepted);
     summary.time_to_first_token_seconds =
         first_token == absl::InfinitePast() ? 0.0 : Seconds(first_token - accepted);
     summary.total_seconds = Seconds(end - accepted);
@@ -306,12 +304,12 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     StreamChunk chunk;
     chunk.token_ids.push_back(static_cast<int32_t>(token));
     if (seq.request.return_logprobs) {
-      chunk.logprobs.push_back(torch::log_softmax(logits.to(torch::kDouble), -1)[token]
-                                   .item<double>());
+      chunk.logprobs.push_back(
+          torch::log_softmax(logits.to(torch::kDouble), -1)[token].item<double>());
     }
-    generation::FinishReason core = generation::CheckStop(
-        seq.request.sampling, token, seq.generated,
-        static_cast<int64_t>(seq.context.size()) - 1, max_seq_len);
+    generation::FinishReason core =
+        generation::CheckStop(seq.request.sampling, token, seq.generated,
+                              static_cast<int64_t>(seq.context.size()) - 1, max_seq_len);
     FinishReason reason = core == generation::FinishReason::kNone        ? FinishReason::kNone
                           : core == generation::FinishReason::kEos       ? FinishReason::kEos
                           : core == generation::FinishReason::kStopToken ? FinishReason::kStopToken
@@ -408,9 +406,9 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     steps_.fetch_add(1);
     if (!logits.ok()) {
       for (Sequence* seq : stepped) {
-        end_sequence(*seq, FinishReason::kError,
-                     absl::InternalError(absl::StrCat("decode step failed: ",
-                                                      logits.status().ToString())));
+        end_sequence(
+            *seq, FinishReason::kError,
+            absl::InternalError(absl::StrCat("decode step failed: ", logits.status().ToString())));
       }
     } else {
       const torch::Tensor rows = logits->to(torch::kFloat).contiguous();
@@ -428,8 +426,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
 
   // 5. Free the slots of finished sequences and tell their readers.
   for (auto& seq : running_) {
-    if (seq->finish == FinishReason::kNone &&
-        seq->stream->cancel_reason() != FinishReason::kNone) {
+    if (seq->finish == FinishReason::kNone && seq->stream->cancel_reason() != FinishReason::kNone) {
       const FinishReason cancel = seq->stream->cancel_reason();
       end_sequence(*seq, cancel,
                    cancel == FinishReason::kDeadline

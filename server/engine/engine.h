@@ -43,8 +43,8 @@ namespace performer::server {
 class Tokenizer;
 
 struct EngineOptions {
-  int64_t max_queue = 256;              // waiting requests beyond the slots
-  int64_t prefill_chunk_tokens = 512;   // first-chunk size and per-step prefill budget
+  int64_t max_queue = 256;                           // waiting requests beyond the slots
+  int64_t prefill_chunk_tokens = 512;                // first-chunk size and per-step prefill budget
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
 };
 
@@ -107,7 +107,7 @@ class Engine {
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Waiting>> queue_;
   int64_t arrivals_ = 0;
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> live_;  // queued + running
-  std::vector<std::unique_ptr<Sequence>> running_;  // engine thread only
+  std::vector<std::unique_ptr<Sequence>> running_;                        // engine thread only
   std::atomic<int64_t> active_{0};
   std::atomic<int64_t> steps_{0};
   std::atomic<int64_t> generated_tokens_{0};

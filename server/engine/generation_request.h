@@ -28,9 +28,9 @@ enum class FinishReason {
 std::string_view FinishReasonName(FinishReason reason);
 
 struct GenerationRequest {
-  std::string request_id;        // unique among the engine's live requests
-  std::vector<int64_t> prompt;   // decoder prompt, non-empty
-  std::vector<int64_t> source;   // encoder input (encoder-decoder models only)
+  std::string request_id;       // unique among the engine's live requests
+  std::vector<int64_t> prompt;  // decoder prompt, non-empty
+  std::vector<int64_t> source;  // encoder input (encoder-decoder models only)
   // Sampling, max_new_tokens, stop_token_ids and eos_token_id.
   generation::SamplingParams sampling;
   std::vector<std::string> stop_strings;  // need a tokenizer

@@ -16,8 +16,7 @@ bool RequestStream::Append(const StreamChunk& chunk) {
     pending_.token_ids.insert(pending_.token_ids.end(), chunk.token_ids.begin(),
                               chunk.token_ids.end());
     pending_.text += chunk.text;
-    pending_.logprobs.insert(pending_.logprobs.end(), chunk.logprobs.begin(),
-                             chunk.logprobs.end());
+    pending_.logprobs.insert(pending_.logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
   }
   Notify();
   return true;

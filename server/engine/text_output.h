@@ -29,9 +29,9 @@ class TextOutput {
   IncrementalDetokenizer detokenizer_;
   std::vector<std::string> stop_strings_;
   size_t longest_stop_ = 0;
-  std::string text_;       // all complete text so far
-  size_t released_ = 0;    // bytes of text_ handed out
-  size_t searched_ = 0;    // text_ before this offset has no stop string ending in it
+  std::string text_;     // all complete text so far
+  size_t released_ = 0;  // bytes of text_ handed out
+  size_t searched_ = 0;  // text_ before this offset has no stop string ending in it
   bool stopped_ = false;
 };
 

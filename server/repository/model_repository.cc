@@ -54,8 +54,8 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
     hosted->max_sequence_length = model->lm->config().position_limit();
     hosted->embedder = std::make_unique<Embedder>(*model);
   } else {
-    hosted->kind = model->model_class == "PerformerEncDec" ? ModelKind::kEncoderDecoder
-                                                           : ModelKind::kDecoder;
+    hosted->kind =
+        model->model_class == "PerformerEncDec" ? ModelKind::kEncoderDecoder : ModelKind::kDecoder;
     if (hosted->kind == ModelKind::kEncoderDecoder) {
       hosted->embedder = std::make_unique<Embedder>(*model);
     }
@@ -65,12 +65,12 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
     if (!probe.ok()) return probe.status();
     const int64_t bytes = (*probe)->info().state_bytes_per_sequence;
     probe->reset();
-    const int64_t slots =
-        std::min<int64_t>(options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, bytes));
+    const int64_t slots = std::min<int64_t>(
+        options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, bytes));
     if (slots < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          hosted->name, ": one sequence needs ", bytes, " state bytes but --state_memory_bytes is ",
-          options.state_memory_bytes));
+      return absl::InvalidArgumentError(absl::StrCat(hosted->name, ": one sequence needs ", bytes,
+                                                     " state bytes but --state_memory_bytes is ",
+                                                     options.state_memory_bytes));
     }
     absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
         decoding::PerformerDecoder::Create(*model, slots);
@@ -125,8 +125,8 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
   for (const fs::path& folder : folders) {
     absl::StatusOr<std::unique_ptr<HostedModel>> model = LoadOne(folder, options);
     if (!model.ok()) {
-      return absl::Status(model.status().code(), absl::StrCat("model ", folder.string(), ": ",
-                                                              model.status().message()));
+      return absl::Status(model.status().code(),
+                          absl::StrCat("model ", folder.string(), ": ", model.status().message()));
     }
     if (*model == nullptr) {
       std::cerr << "performer-serve: skipping " << folder.string()
@@ -184,7 +184,8 @@ bool ModelRepository::WaitIdle(absl::Duration timeout) {
   const absl::Time until = absl::Now() + timeout;
   bool idle = true;
   for (auto& m : models_) {
-    if (m->engine) idle = m->engine->WaitIdle(std::max(absl::ZeroDuration(), until - absl::Now())) && idle;
+    if (m->engine)
+      idle = m->engine->WaitIdle(std::max(absl::ZeroDuration(), until - absl::Now())) && idle;
   }
   return idle;
 }

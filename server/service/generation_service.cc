@@ -116,9 +116,8 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
 
   generation::SamplingParams& s = r.sampling;
   if (wire.max_new_tokens() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens must be >= 0 (0 = the model's default), got ",
-                     wire.max_new_tokens()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens must be >= 0 (0 = the model's default), got ", wire.max_new_tokens()));
   }
   if (wire.max_new_tokens() > options.max_new_tokens_limit) {
     return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", wire.max_new_tokens(),
@@ -153,12 +152,11 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
 }
 
 // Looks up the model of a generation request.
-absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository,
-                                             const std::string& name) {
+absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name) {
   HostedModel* model = repository.Find(name);
   if (model == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model: no model named \"", name,
-                                            "\" is hosted here (see ListModels)"));
+    return absl::NotFoundError(
+        absl::StrCat("model: no model named \"", name, "\" is hosted here (see ListModels)"));
   }
   if (model->engine == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -180,8 +178,7 @@ void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
   response->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(summary.prompt_tokens));
   response->mutable_usage()->set_generated_tokens(static_cast<int32_t>(summary.generated_tokens));
   response->mutable_timings()->set_queue_seconds(summary.queue_seconds);
-  response->mutable_timings()->set_time_to_first_token_seconds(
-      summary.time_to_first_token_seconds);
+  response->mutable_timings()->set_time_to_first_token_seconds(summary.time_to_first_token_seconds);
   response->mutable_timings()->set_total_seconds(summary.total_seconds);
 }
 
@@ -387,10 +384,9 @@ GenerationService::GenerationService(ModelRepository& repository, ServiceOptions
 // Resolves, converts and submits a generation; on failure returns the status
 // to finish the RPC with (and sets the retry hint for overload).
 template <typename Reactor>
-static grpc::Status Start(ModelRepository& repository, const ServiceOptions& options,
-                          bool draining, grpc::CallbackServerContext* context,
-                          const v1::GenerateRequest& wire, int64_t buffer_tokens,
-                          std::string* request_id, Reactor** reactor_out,
+static grpc::Status Start(ModelRepository& repository, const ServiceOptions& options, bool draining,
+                          grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
+                          int64_t buffer_tokens, std::string* request_id, Reactor** reactor_out,
                           std::function<Reactor*(std::string)> make) {
   if (draining) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -440,11 +436,12 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
   std::string request_id;
   UnaryGenerator* generator = nullptr;
   grpc::Status status = Start<UnaryGenerator>(
-      repository_, options_, draining_.load(), context, *request, /*buffer_tokens=*/0,
-      &request_id, &generator, [context, response](std::string id) {
+      repository_, options_, draining_.load(), context, *request, /*buffer_tokens=*/0, &request_id,
+      &generator, [context, response](std::string id) {
         return new UnaryGenerator(context, std::move(id), response);
       });
-  if (generator == nullptr) generator = new UnaryGenerator(context, request->request_id(), response);
+  if (generator == nullptr)
+    generator = new UnaryGenerator(context, request->request_id(), response);
   if (!status.ok()) generator->FinishNow(status);
   return generator;
 }

@@ -13,8 +13,8 @@
 namespace performer::server {
 
 struct ServiceOptions {
-  int64_t max_new_tokens_limit = 4096;   // cap on a request's max_new_tokens
-  int64_t stream_buffer_tokens = 1024;   // slow-reader bound per stream
+  int64_t max_new_tokens_limit = 4096;  // cap on a request's max_new_tokens
+  int64_t stream_buffer_tokens = 1024;  // slow-reader bound per stream
 };
 
 class GenerationService final : public performer::v1::Generation::CallbackService {

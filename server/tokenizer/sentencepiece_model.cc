@@ -39,7 +39,8 @@ const Plugin& GetPlugin() {
       p->error = std::string("cannot load the SentencePiece plugin: ") + (why ? why : "unknown");
       return p;
     }
-    if (!Find(handle, "PerformerSpmLoad", &p->load) || !Find(handle, "PerformerSpmFree", &p->free) ||
+    if (!Find(handle, "PerformerSpmLoad", &p->load) ||
+        !Find(handle, "PerformerSpmFree", &p->free) ||
         !Find(handle, "PerformerSpmVocabSize", &p->vocab_size) ||
         !Find(handle, "PerformerSpmEncode", &p->encode) ||
         !Find(handle, "PerformerSpmDecode", &p->decode) ||

@@ -61,8 +61,8 @@ PERFORMER_SPM_EXPORT long PerformerSpmEncode(void* handle, const char* text, siz
 }
 
 // Returns the text's length (written only when it fits `capacity`), or -1.
-PERFORMER_SPM_EXPORT long PerformerSpmDecode(void* handle, const int* ids, size_t count,
-                                             char* text, size_t capacity) {
+PERFORMER_SPM_EXPORT long PerformerSpmDecode(void* handle, const int* ids, size_t count, char* text,
+                                             size_t capacity) {
   std::string out;
   const auto status = static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Decode(
       std::vector<int>(ids, ids + count), &out);

@@ -34,8 +34,7 @@ Collected WaitFor(const std::shared_ptr<RequestStream>& stream) {
   stream->SetListener([&] {
     std::lock_guard<std::mutex> lock(mu);
     RequestStream::Taken taken = stream->Take();
-    out.tokens.insert(out.tokens.end(), taken.chunk.token_ids.begin(),
-                      taken.chunk.token_ids.end());
+    out.tokens.insert(out.tokens.end(), taken.chunk.token_ids.begin(), taken.chunk.token_ids.end());
     out.text += taken.chunk.text;
     if (taken.summary.has_value()) {
       out.summary = *taken.summary;
@@ -92,11 +91,11 @@ class EngineTest : public ::testing::Test {
 TEST_F(EngineTest, GreedyMatchesTheFixtureAndTheCoreLoop) {
   std::unique_ptr<Engine> engine = MakeEngine(4);
   auto stream = std::make_shared<RequestStream>();
-  ASSERT_TRUE(engine
-                  ->Submit(Greedy("a", fixture_prompt_,
-                                  static_cast<int64_t>(fixture_greedy_.size())),
-                           stream)
-                  .ok());
+  ASSERT_TRUE(
+      engine
+          ->Submit(Greedy("a", fixture_prompt_, static_cast<int64_t>(fixture_greedy_.size())),
+                   stream)
+          .ok());
   Collected got = WaitFor(stream);
   EXPECT_TRUE(got.summary.status.ok()) << got.summary.status;
   EXPECT_EQ(got.summary.reason, FinishReason::kLength);
@@ -113,11 +112,11 @@ TEST_F(EngineTest, ChunkedPrefillGivesTheSameTokens) {
   options.prefill_chunk_tokens = 3;
   std::unique_ptr<Engine> engine = MakeEngine(2, options);
   auto stream = std::make_shared<RequestStream>();
-  ASSERT_TRUE(engine
-                  ->Submit(Greedy("a", fixture_prompt_,
-                                  static_cast<int64_t>(fixture_greedy_.size())),
-                           stream)
-                  .ok());
+  ASSERT_TRUE(
+      engine
+          ->Submit(Greedy("a", fixture_prompt_, static_cast<int64_t>(fixture_greedy_.size())),
+                   stream)
+          .ok());
   Collected got = WaitFor(stream);
   EXPECT_EQ(std::vector<int64_t>(got.tokens.begin(), got.tokens.end()), fixture_greedy_);
 }
