@@ -41,6 +41,7 @@ struct Engine::Sequence {
   GenerationRequest request;
   std::shared_ptr<RequestStream> stream;
   decoding::SequenceId id = 0;
+  bool has_slot = false;
   std::unique_ptr<generation::TokenSampler> sampler;
   std::unique_ptr<TextOutput> text;  // null without a tokenizer
   std::vector<int64_t> context;      // prompt + generated, for the repetition penalty
@@ -260,6 +261,8 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     admitted.push_back(std::move(it->second));
     queue_.erase(it);
   }
+  // Counted as active from here, so WaitIdle never sees them in neither place.
+  active_ = static_cast<int64_t>(running_.size() + admitted.size());
   lock.unlock();
 
   std::vector<std::unique_ptr<Sequence>> finished;
@@ -364,12 +367,12 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     seq->context = seq->request.prompt;
     absl::StatusOr<decoding::SequenceId> id = decoder_->Create();
     if (!id.ok()) {
-      seq->stream->Finish(summarize(seq->request, seq->accepted, absl::InfinitePast(),
-                                    seq->admitted, FinishReason::kError, id.status(), 0));
-      finished.push_back(std::move(seq));
+      end_sequence(*seq, FinishReason::kError, id.status());
+      running_.push_back(std::move(seq));
       continue;
     }
     seq->id = *id;
+    seq->has_slot = true;
     decoding::PrefillRequest prefill;
     const size_t chunk = std::min<size_t>(seq->request.prompt.size(),
                                           static_cast<size_t>(options_.prefill_chunk_tokens));
@@ -385,6 +388,8 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
       emit(s, *logits, s.sampler->Sample(*logits, s.context));
     }
   }
+
+  active_ = static_cast<int64_t>(running_.size());
 
   // 4. One batched step over every sequence that still runs: the next
   //    prompt token of a long prompt, or the last sampled token.
@@ -424,7 +429,10 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     }
   }
 
-  // 5. Free the slots of finished sequences and tell their readers.
+  // 5. Free the slots of finished sequences. Their ids leave live_ and the
+  //    active count drops before their readers hear of the end, so a client
+  //    that saw its request finish can reuse the id at once and GetModel
+  //    already shows the slot free.
   for (auto& seq : running_) {
     if (seq->finish == FinishReason::kNone && seq->stream->cancel_reason() != FinishReason::kNone) {
       const FinishReason cancel = seq->stream->cancel_reason();
@@ -434,22 +442,25 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
                        : absl::CancelledError("the request was cancelled"));
     }
     if (seq->finish == FinishReason::kNone) continue;
-    (void)decoder_->Release(seq->id);
-    seq->stream->Finish(summarize(seq->request, seq->accepted, seq->first_token, seq->admitted,
-                                  seq->finish, seq->status, seq->generated));
+    if (seq->has_slot) (void)decoder_->Release(seq->id);
     const double seconds = Seconds(absl::Now() - seq->accepted);
     mean_request_seconds_ = 0.9 * mean_request_seconds_.load() + 0.1 * seconds;
     finished.push_back(std::move(seq));
   }
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
+  lock.lock();
+  for (auto& seq : finished) live_.erase(seq->request.request_id);
+  active_ = static_cast<int64_t>(running_.size());
+  lock.unlock();
+  for (auto& seq : finished) {
+    seq->stream->Finish(summarize(seq->request, seq->accepted, seq->first_token, seq->admitted,
+                                  seq->finish, seq->status, seq->generated));
+  }
 
   if (options_.step_delay > absl::ZeroDuration() && !stepped.empty()) {
     absl::SleepFor(options_.step_delay);
   }
-
   lock.lock();
-  for (auto& seq : finished) live_.erase(seq->request.request_id);
-  active_ = static_cast<int64_t>(running_.size());
 }
 
 }  // namespace performer::server
