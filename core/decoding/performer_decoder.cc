@@ -139,6 +139,27 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const Pre
   return logits[0][logits.size(1) - 1].clone();
 }
 
+absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
+                                                       const std::vector<int64_t>& tokens) {
+  absl::StatusOr<int64_t> slot = SlotOf(id);
+  if (!slot.ok()) return slot.status();
+  if (!prefilled_[static_cast<size_t>(*slot)]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " must be prefilled before it is extended"));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("extend needs at least one token");
+  if (absl::Status s = CheckTokens(tokens, info_.vocab_size, "prompt"); !s.ok()) return s;
+  const int64_t position = pool_.positions[*slot].item<int64_t>();
+  if (position + static_cast<int64_t>(tokens.size()) > info_.max_seq_len) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence ", id, " is at position ", position, "; ", tokens.size(),
+                     " more tokens pass the model's max_seq_len ", info_.max_seq_len));
+  }
+  c10::InferenceMode guard;
+  models::DecodeState rows = pool_.Rows(*slot, 1);
+  return decoder_->Extend(TokenTensor(tokens), rows).clone();
+}
+
 absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceId>& ids,
                                                      const std::vector<int64_t>& tokens) {
   if (ids.size() != tokens.size()) {

@@ -30,6 +30,7 @@ class PerformerDecoder : public SequenceDecoder {
   const DecoderInfo& info() const override { return info_; }
   absl::StatusOr<SequenceId> Create() override;
   absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) override;
+  absl::StatusOr<torch::Tensor> Extend(SequenceId id, const std::vector<int64_t>& tokens) override;
   absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
                                      const std::vector<int64_t>& tokens) override;
   absl::Status Release(SequenceId id) override;

@@ -55,6 +55,12 @@ class SequenceDecoder {
   virtual absl::StatusOr<SequenceId> Create() = 0;
   // Logits [vocab] (float32, CPU) predicting the token after the prompt.
   virtual absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) = 0;
+  // Chunked prefill: feeds more prompt tokens to one prefilled sequence and
+  // returns the logits [vocab] after the last. Prefill(a) then Extend(b) is
+  // Prefill(a + b) up to the recurrent form's rounding, at a cost per token
+  // close to a forward's (the projections run on the whole chunk).
+  virtual absl::StatusOr<torch::Tensor> Extend(SequenceId id,
+                                               const std::vector<int64_t>& tokens) = 0;
   // Feeds tokens[i] to sequence ids[i]; logits [ids.size(), vocab].
   virtual absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
                                              const std::vector<int64_t>& tokens) = 0;

@@ -126,4 +126,34 @@ torch::Tensor BranchImpl::Step(const torch::Tensor& x, const InterleavedRotary& 
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }
 
+torch::Tensor BranchImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
+                                 const torch::Tensor& positions, LayerState& state,
+                                 bool attention_branch) {
+  const int64_t count = x.size(0);
+  torch::Tensor h = Normalize(x);
+  if (shift_tokens_) {
+    // Each position takes the piece of the one before it; the first takes
+    // the carried piece, and the last one's piece is carried on.
+    torch::Tensor& previous = attention_branch ? state.attn_shift : state.ff_shift;
+    const int64_t piece = shift_piece();
+    torch::Tensor current = h.narrow(-1, piece, piece);
+    torch::Tensor shifted = torch::cat({previous, current.narrow(0, 0, count - 1)}, 0);
+    torch::Tensor last = current.narrow(0, count - 1, 1).clone();
+    h = torch::cat(
+        {h.narrow(-1, 0, piece), shifted, h.narrow(-1, 2 * piece, h.size(-1) - 2 * piece)}, -1);
+    previous.copy_(last);
+  }
+  torch::Tensor out;
+  if (attention_.is_empty()) {
+    out = feed_forward_->Step(h);
+  } else if (attention_->options().cross) {
+    std::vector<int64_t> shape = state.cross.kv.sizes().vec();
+    shape[0] = count;
+    out = attention_->CrossStep(h, state.cross.kv.expand(shape));
+  } else {
+    out = attention_->Extend(h, rotary, positions, state.self);
+  }
+  return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
+}
+
 }  // namespace performer::models

@@ -41,6 +41,10 @@ class BranchImpl : public torch::nn::Module {
   // Incremental forms on x [B, dim].
   torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                      const torch::Tensor& positions, LayerState& state, bool attention_branch);
+  // C consecutive positions of one sequence, x [C, dim]; `state` holds one
+  // row (see PerformerAttentionImpl::Extend).
+  torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
+                       const torch::Tensor& positions, LayerState& state, bool attention_branch);
 
   bool is_attention() const { return !attention_.is_empty(); }
   bool is_cross() const { return is_attention() && attention_->options().cross; }

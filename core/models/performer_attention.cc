@@ -87,34 +87,63 @@ void PerformerAttentionImpl::PrepareForDecoding() {
   fast_attention_->PrepareForDecoding();
 }
 
-torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                           const torch::Tensor& positions,
-                                           SelfAttentionState& state) {
-  const int64_t rows = x.size(0), gh = global_heads(), lh = options_.local_heads;
-  const int64_t h = options_.heads, d = options_.dim_head;
-  torch::Tensor qkv;  // [B, 3, h, d]
-  if (qkv_weight_.defined()) {
-    qkv = LinearRows(qkv_weight_, qkv_bias_, x).view({rows, 3, h, d});
-  } else {
-    qkv = torch::stack({LinearRows(to_q_, x), LinearRows(to_k_, x), LinearRows(to_v_, x)}, 1)
-              .view({rows, 3, h, d});
-  }
+torch::Tensor PerformerAttentionImpl::ProjectQkv(const torch::Tensor& x) {
+  const int64_t rows = x.size(0), h = options_.heads, d = options_.dim_head;
+  if (qkv_weight_.defined()) return LinearRows(qkv_weight_, qkv_bias_, x).view({rows, 3, h, d});
+  return torch::stack({LinearRows(to_q_, x), LinearRows(to_k_, x), LinearRows(to_v_, x)}, 1)
+      .view({rows, 3, h, d});
+}
+
+torch::Tensor PerformerAttentionImpl::GlobalQueriesKeys(const torch::Tensor& qkv,
+                                                        const InterleavedRotary& rotary) const {
+  const int64_t rows = qkv.size(0), gh = global_heads(), h = options_.heads;
+  const int64_t d = options_.dim_head;
+  if (gh == 0) return torch::Tensor();
+  // [B, 2 gh, d]: the global query heads, then the global key heads (a view
+  // when every head is global).
+  torch::Tensor qk = gh == h ? qkv.narrow(1, 0, 2).reshape({rows, 2 * h, d})
+                             : qkv.narrow(1, 0, 2).narrow(2, 0, gh).reshape({rows, 2 * gh, d});
+  if (rotary.defined()) qk = ApplyInterleavedRotary(qk, rotary.Unsqueeze(1));
+  return qk;
+}
+
+torch::Tensor PerformerAttentionImpl::Recur(const torch::Tensor& qkv, const torch::Tensor& qk,
+                                            const torch::Tensor& positions,
+                                            SelfAttentionState& state) {
+  const int64_t gh = global_heads(), lh = options_.local_heads;
   std::vector<torch::Tensor> outs;
-  if (gh > 0) {
-    // [B, 2 gh, d]: the global query heads, then the global key heads (a view
-    // when every head is global).
-    torch::Tensor qk = gh == h ? qkv.narrow(1, 0, 2).reshape({rows, 2 * h, d})
-                               : qkv.narrow(1, 0, 2).narrow(2, 0, gh).reshape({rows, 2 * gh, d});
-    if (rotary.defined()) qk = ApplyInterleavedRotary(qk, rotary.Unsqueeze(1));
-    outs.push_back(fast_attention_->Step(qk, qkv.select(1, 2).narrow(1, 0, gh), state));
-  }
+  if (gh > 0) outs.push_back(fast_attention_->Step(qk, qkv.select(1, 2).narrow(1, 0, gh), state));
   if (lh > 0) {
     outs.push_back(local_attn_->Step(
         qkv.select(1, 0).narrow(1, gh, lh), qkv.select(1, 1).narrow(1, gh, lh),
         qkv.select(1, 2).narrow(1, gh, lh), positions, state.local_k, state.local_v));
   }
-  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
-  return LinearRows(to_out_, out.reshape({rows, h * d}));
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
+}
+
+torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
+                                           const torch::Tensor& positions,
+                                           SelfAttentionState& state) {
+  const int64_t rows = x.size(0), inner = options_.heads * options_.dim_head;
+  torch::Tensor qkv = ProjectQkv(x);
+  torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
+  return LinearRows(to_out_, out.reshape({rows, inner}));
+}
+
+torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
+                                             const InterleavedRotary& rotary,
+                                             const torch::Tensor& positions,
+                                             SelfAttentionState& state) {
+  const int64_t count = x.size(0), inner = options_.heads * options_.dim_head;
+  torch::Tensor qkv = ProjectQkv(x);
+  torch::Tensor qk = GlobalQueriesKeys(qkv, rotary);
+  std::vector<torch::Tensor> outs;
+  outs.reserve(static_cast<size_t>(count));
+  for (int64_t t = 0; t < count; ++t) {
+    outs.push_back(Recur(qkv.narrow(0, t, 1), qk.defined() ? qk.narrow(0, t, 1) : qk,
+                         positions.narrow(0, t, 1), state));
+  }
+  return LinearRows(to_out_, torch::cat(outs, 0).reshape({count, inner}));
 }
 
 torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& context,

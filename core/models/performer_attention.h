@@ -55,6 +55,13 @@ class PerformerAttentionImpl : public torch::nn::Module {
   torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                      const torch::Tensor& positions, SelfAttentionState& state);
 
+  // Several consecutive positions of ONE sequence (chunked prefill): x [C, dim]
+  // at positions [C], rotary rows [C, dim_head] or undefined; `state` holds
+  // one row. The projections run on all C rows at once; the recurrence is
+  // advanced position by position. Returns [C, dim].
+  torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
+                       const torch::Tensor& positions, SelfAttentionState& state);
+
   // Caches the concatenated q/k/v weights for Step (one GEMM instead of
   // three). Call after the weights are loaded.
   void PrepareForDecoding();
@@ -72,6 +79,13 @@ class PerformerAttentionImpl : public torch::nn::Module {
   const PerformerAttentionOptions& options() const { return options_; }
 
  private:
+  // q/k/v of rows x [B, dim] -> [B, 3, h, d].
+  torch::Tensor ProjectQkv(const torch::Tensor& x);
+  // The global heads' queries and keys [B, 2 gh, d], rotated.
+  torch::Tensor GlobalQueriesKeys(const torch::Tensor& qkv, const InterleavedRotary& rotary) const;
+  // One position per row against `state` -> [B, h, d] (before to_out).
+  torch::Tensor Recur(const torch::Tensor& qkv, const torch::Tensor& qk,
+                      const torch::Tensor& positions, SelfAttentionState& state);
   // [b, n, h*d] -> [b, h, n, d]
   torch::Tensor SplitHeads(const torch::Tensor& t) const;
   torch::Tensor MergeHeads(const torch::Tensor& t) const;

@@ -69,6 +69,24 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens, DecodeState& st
                            : LinearRows(to_out_, x);
 }
 
+torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens, DecodeState& state) {
+  const int64_t count = tokens.size(0);
+  TORCH_CHECK(count >= 1 && state.positions.size(0) == 1,
+              "Extend feeds at least one token to exactly one sequence");
+  torch::Tensor positions = state.positions + torch::arange(count, state.positions.options());
+  torch::Tensor x = token_emb_(tokens) + pos_emb_->Rows(positions);
+  InterleavedRotary rotary;
+  if (layer_pos_emb_.defined()) {
+    rotary = (rotary_.defined() ? rotary_ : MakeInterleavedRotary(layer_pos_emb_)).Rows(positions);
+  }
+  x = performer_->Extend(x, rotary, positions, state);
+  state.positions.add_(count);
+  x = norm_(x.narrow(0, count - 1, 1));
+  torch::Tensor logits = config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
+                                           : LinearRows(to_out_, x);
+  return logits[0];
+}
+
 void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
                                 DecodeState& state) {
   performer_->InitCross(context, context_mask, state);

@@ -43,6 +43,12 @@ class PerformerLMImpl : public torch::nn::Module {
   // `state` rows are advanced in place (positions included).
   torch::Tensor Step(const torch::Tensor& tokens, DecodeState& state);
 
+  // Chunked prefill: feeds tokens [C] int64 to the ONE sequence of `state`
+  // (one row, already prefilled) at its next C positions and returns the
+  // logits [num_tokens] after the last. The same recurrence as C Steps, with
+  // the projections and feed-forwards run on all C positions at once.
+  torch::Tensor Extend(const torch::Tensor& tokens, DecodeState& state);
+
   // Cross-attention summaries of a context for `state` rows (decoder only).
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
                  DecodeState& state);

@@ -125,6 +125,23 @@ torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const Interleaved
   return config_.reversible ? x1 + x2 : x1;
 }
 
+torch::Tensor PerformerStackImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
+                                         const torch::Tensor& positions, DecodeState& state) {
+  torch::Tensor x1 = x, x2 = x;
+  for (size_t i = 0; i < pairs_.size(); ++i) {
+    auto& [f, g] = pairs_[i];
+    LayerState& layer = state.layers[i];
+    if (config_.reversible) {
+      x1 = x1 + f->Extend(x2, rotary, positions, layer, /*attention_branch=*/true);
+      x2 = x2 + g->Extend(x1, rotary, positions, layer, /*attention_branch=*/false);
+    } else {
+      x1 = x1 + f->Extend(x1, rotary, positions, layer, /*attention_branch=*/true);
+      x1 = x1 + g->Extend(x1, rotary, positions, layer, /*attention_branch=*/false);
+    }
+  }
+  return config_.reversible ? x1 + x2 : x1;
+}
+
 void PerformerStackImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
                                    DecodeState& state) {
   for (size_t i = 0; i < pairs_.size(); ++i) {

@@ -38,6 +38,9 @@ class PerformerStackImpl : public torch::nn::Module {
   // x [B, dim] at positions [B] -> [B, dim].
   torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                      const torch::Tensor& positions, DecodeState& state);
+  // C consecutive positions of one sequence (state: one row) -> [C, dim].
+  torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
+                       const torch::Tensor& positions, DecodeState& state);
 
   // See PerformerAttentionImpl::PrepareForDecoding.
   void PrepareForDecoding();

@@ -251,13 +251,30 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
       ++it;
     }
   }
-  int64_t budget = options_.prefill_chunk_tokens;
+  // The prefill budget goes first to prompts already being prefilled (in
+  // admission order), then to new admissions; at least one chunk runs per
+  // iteration so that a prompt always progresses. Chunk boundaries depend
+  // only on the prompt, never on the budget left.
+  const int64_t chunk_tokens = options_.prefill_chunk_tokens;
+  int64_t budget = chunk_tokens;
+  int64_t chunks = 0;
+  std::vector<Sequence*> continuing;
+  for (auto& seq : running_) {
+    const int64_t left = static_cast<int64_t>(seq->request.prompt.size() - seq->prompt_fed);
+    if (left == 0 || seq->finish != FinishReason::kNone) continue;
+    const int64_t chunk = std::min(left, chunk_tokens);
+    if (chunks > 0 && chunk > budget) break;
+    budget -= chunk;
+    ++chunks;
+    continuing.push_back(seq.get());
+  }
   while (!queue_.empty() && static_cast<int64_t>(running_.size() + admitted.size()) < capacity) {
     auto it = queue_.begin();
-    const int64_t chunk = std::min<int64_t>(static_cast<int64_t>(it->second->request.prompt.size()),
-                                            options_.prefill_chunk_tokens);
-    if (!admitted.empty() && chunk > budget) break;
+    const int64_t chunk =
+        std::min<int64_t>(static_cast<int64_t>(it->second->request.prompt.size()), chunk_tokens);
+    if (chunks > 0 && chunk > budget) break;
     budget -= chunk;
+    ++chunks;
     admitted.push_back(std::move(it->second));
     queue_.erase(it);
   }
@@ -352,7 +369,23 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     }
   }
 
-  // 3. Admission: a slot and the prompt's first chunk in one full forward.
+  // 3. Prefill: the next chunk of prompts being prefilled (Extend), then new
+  //    admissions (a slot and the prompt's first chunk in one full forward).
+  //    A sequence whose prompt is complete samples its first token.
+  for (Sequence* seq : continuing) {
+    if (seq->finish != FinishReason::kNone) continue;
+    const size_t end =
+        std::min(seq->request.prompt.size(), seq->prompt_fed + static_cast<size_t>(chunk_tokens));
+    std::vector<int64_t> chunk(seq->request.prompt.begin() + seq->prompt_fed,
+                               seq->request.prompt.begin() + end);
+    absl::StatusOr<torch::Tensor> logits = decoder_->Extend(seq->id, chunk);
+    seq->prompt_fed = end;
+    if (!logits.ok()) {
+      end_sequence(*seq, FinishReason::kError, logits.status());
+    } else if (seq->prompt_fed == seq->request.prompt.size()) {
+      emit(*seq, *logits, seq->sampler->Sample(*logits, seq->context));
+    }
+  }
   for (auto& w : admitted) {
     auto seq = std::make_unique<Sequence>();
     seq->request = std::move(w->request);
@@ -391,8 +424,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
 
   active_ = static_cast<int64_t>(running_.size());
 
-  // 4. One batched step over every sequence that still runs: the next
-  //    prompt token of a long prompt, or the last sampled token.
+  // 4. One batched step over every sequence that has sampled a token.
   std::vector<decoding::SequenceId> ids;
   std::vector<int64_t> tokens;
   std::vector<Sequence*> stepped;
@@ -400,10 +432,12 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     if (seq->finish != FinishReason::kNone) continue;
     // Cancelled between admission and now: no point feeding it.
     if (seq->stream->cancel_reason() != FinishReason::kNone) continue;
+    // Still prefilling: its next chunk runs in a later iteration.
+    if (seq->prompt_fed < seq->request.prompt.size()) continue;
+    // Admitted in this iteration: its first token was just sampled from the
+    // prefill; it joins the step like every other sequence.
     ids.push_back(seq->id);
-    tokens.push_back(seq->prompt_fed < seq->request.prompt.size()
-                         ? seq->request.prompt[seq->prompt_fed]
-                         : seq->last_token);
+    tokens.push_back(seq->last_token);
     stepped.push_back(seq.get());
   }
   if (!ids.empty()) {
@@ -420,10 +454,6 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
       for (size_t i = 0; i < stepped.size(); ++i) {
         Sequence& seq = *stepped[i];
         const torch::Tensor row = rows[static_cast<int64_t>(i)];
-        if (seq.prompt_fed < seq.request.prompt.size()) {
-          ++seq.prompt_fed;
-          if (seq.prompt_fed < seq.request.prompt.size()) continue;
-        }
         emit(seq, row, seq.sampler->Sample(row, seq.context));
       }
     }

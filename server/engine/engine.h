@@ -3,14 +3,14 @@
 // equal priorities) until a state slot is free; each loop iteration
 //   1. ends requests that were cancelled, passed their deadline or whose
 //      reader fell behind, freeing their slots at once;
-//   2. admits waiting requests into free slots, prefilling each prompt's
-//      first chunk (prefill_chunk_tokens) with one full forward while the
-//      iteration's prefill budget (the same number of tokens) lasts — at
-//      least one per iteration; the rest of a longer prompt is fed one token
-//      per step inside the batched decode step, so a long prompt never
-//      stalls the running streams for more than one chunk;
-//   3. runs one batched recurrent step over every active sequence, samples
-//      each row with its own sampler and streams the tokens out.
+//   2. prefills in chunks of prefill_chunk_tokens under a per-iteration
+//      budget of the same size (at least one chunk per iteration): first the
+//      next chunk of prompts already being prefilled (SequenceDecoder::
+//      Extend), then waiting requests admitted into free slots (their first
+//      chunk in one full forward). A long prompt thus never stalls the
+//      running streams for more than one chunk per step;
+//   3. runs one batched recurrent step over every sequence that has sampled
+//      a token, samples each row with its own sampler and streams it out.
 // A request's tokens do not depend on what it is batched with: every row of
 // the step is computed independently, the chunking depends only on the
 // prompt, and each request samples from its own seeded generator.
