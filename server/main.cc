@@ -19,6 +19,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/repository/model_repository.h"
@@ -164,6 +166,14 @@ int Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (absl's default matches files named
+  // after the program).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Serves Performer models over gRPC (performer.v1.Generation).\n"
       "Usage: performer-serve [--model_repository=DIR] [--port=N] [flags]");
