@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/runtime/torch_runtime.h"
 #include "server/repository/model_repository.h"
 #include "server/service/generation_service.h"
 
@@ -48,11 +49,13 @@ ABSL_FLAG(int64_t, max_new_tokens_limit, 4096, "Largest max_new_tokens a request
 ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
           "Prompt tokens prefilled per engine step in one forward (longer prompts continue "
           "token by token inside the batched step).");
+ABSL_FLAG(int64_t, max_prefills_per_step, 4,
+          "Prefill forwards per engine step (each passes over the weights once).");
 ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
           "Generated tokens a streaming client may fall behind before its stream is ended "
           "with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_message_bytes, 4 << 20, "Largest gRPC message received or sent.");
-ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = its default).");
+ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
 ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
 ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
 ABSL_FLAG(int32_t, keepalive_timeout_ms, 20000, "Keepalive ping ack timeout.");
@@ -82,16 +85,21 @@ int Run() {
   performer::server::RepositoryOptions options;
   options.state_memory_bytes = absl::GetFlag(FLAGS_state_memory_bytes);
   options.max_batch = absl::GetFlag(FLAGS_max_batch);
-  options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
   options.engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   if (options.max_batch < 1 || options.engine.max_queue < 0 ||
-      options.engine.prefill_chunk_tokens < 1 || options.state_memory_bytes < 1) {
-    std::cerr << "performer-serve: --max_batch, --prefill_chunk_tokens and "
-                 "--state_memory_bytes must be positive, --max_queue non-negative\n";
+      options.engine.prefill_chunk_tokens < 1 || options.state_memory_bytes < 1 ||
+      options.engine.max_prefills_per_step < 1) {
+    std::cerr << "performer-serve: --max_batch, --prefill_chunk_tokens, "
+                 "--max_prefills_per_step and --state_memory_bytes must be positive, "
+                 "--max_queue non-negative\n";
     return 2;
   }
+  const performer::TorchRuntimeInfo runtime =
+      performer::ConfigureTorchRuntime(absl::GetFlag(FLAGS_intra_op_threads));
+  std::cerr << "performer-serve: " << performer::DescribeTorchRuntime(runtime) << std::endl;
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
       absl::GetFlag(FLAGS_model_repository), options, absl::GetFlag(FLAGS_default_model));
   if (!repository.ok()) {

@@ -153,6 +153,9 @@ bool Engine::Cancel(const std::string& request_id) {
   auto it = live_.find(request_id);
   if (it == live_.end()) return false;
   it->second->RequestCancel(FinishReason::kCancelled);
+  // The id is free from now on (the engine ends the request within a step),
+  // so a client may reuse it as soon as Cancel returns.
+  live_.erase(it);
   wake_.notify_one();
   return true;
 }
@@ -201,6 +204,13 @@ void Engine::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Engine::EraseLive(const std::string& request_id,
+                       const std::shared_ptr<RequestStream>& stream) {
+  // A cancelled id may already belong to a newer request.
+  auto it = live_.find(request_id);
+  if (it != live_.end() && it->second == stream) live_.erase(it);
+}
+
 void Engine::Loop() {
   // The decoder's intra-op work runs on LibTorch's pool; this thread only
   // schedules. Tensors are never used for autograd here.
@@ -244,7 +254,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   for (auto it = queue_.begin(); it != queue_.end();) {
     const FinishReason cancel = it->second->stream->cancel_reason();
     if (cancel != FinishReason::kNone || it->second->request.deadline <= now) {
-      live_.erase(it->second->request.request_id);
+      EraseLive(it->second->request.request_id, it->second->stream);
       dropped.push_back(std::move(it->second));
       it = queue_.erase(it);
     } else {
@@ -263,7 +273,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     const int64_t left = static_cast<int64_t>(seq->request.prompt.size() - seq->prompt_fed);
     if (left == 0 || seq->finish != FinishReason::kNone) continue;
     const int64_t chunk = std::min(left, chunk_tokens);
-    if (chunks > 0 && chunk > budget) break;
+    if (chunks > 0 && (chunk > budget || chunks >= options_.max_prefills_per_step)) break;
     budget -= chunk;
     ++chunks;
     continuing.push_back(seq.get());
@@ -272,7 +282,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     auto it = queue_.begin();
     const int64_t chunk =
         std::min<int64_t>(static_cast<int64_t>(it->second->request.prompt.size()), chunk_tokens);
-    if (chunks > 0 && chunk > budget) break;
+    if (chunks > 0 && (chunk > budget || chunks >= options_.max_prefills_per_step)) break;
     budget -= chunk;
     ++chunks;
     admitted.push_back(std::move(it->second));
@@ -306,7 +316,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
         w->request, w->accepted, absl::InfinitePast(), absl::InfinitePast(),
         deadline ? FinishReason::kDeadline : cancel,
         deadline ? absl::DeadlineExceededError("the deadline passed while the request was queued")
-                 : absl::CancelledError("the request was cancelled while queued"),
+                 : absl::OkStatus(),
         0));
   }
 
@@ -362,7 +372,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
       end_sequence(*seq, cancel,
                    cancel == FinishReason::kDeadline
                        ? absl::DeadlineExceededError("the request's deadline passed")
-                       : absl::CancelledError("the request was cancelled"));
+                       : absl::OkStatus());
     } else if (seq->request.deadline <= now) {
       end_sequence(*seq, FinishReason::kDeadline,
                    absl::DeadlineExceededError("the request's deadline passed"));
@@ -469,7 +479,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
       end_sequence(*seq, cancel,
                    cancel == FinishReason::kDeadline
                        ? absl::DeadlineExceededError("the request's deadline passed")
-                       : absl::CancelledError("the request was cancelled"));
+                       : absl::OkStatus());
     }
     if (seq->finish == FinishReason::kNone) continue;
     if (seq->has_slot) (void)decoder_->Release(seq->id);
@@ -479,7 +489,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   }
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
   lock.lock();
-  for (auto& seq : finished) live_.erase(seq->request.request_id);
+  for (auto& seq : finished) EraseLive(seq->request.request_id, seq->stream);
   active_ = static_cast<int64_t>(running_.size());
   lock.unlock();
   for (auto& seq : finished) {

@@ -4,7 +4,8 @@
 //   1. ends requests that were cancelled, passed their deadline or whose
 //      reader fell behind, freeing their slots at once;
 //   2. prefills in chunks of prefill_chunk_tokens under a per-iteration
-//      budget of the same size (at least one chunk per iteration): first the
+//      budget of the same size and of max_prefills_per_step forwards (at
+//      least one chunk per iteration): first the
 //      next chunk of prompts already being prefilled (SequenceDecoder::
 //      Extend), then waiting requests admitted into free slots (their first
 //      chunk in one full forward). A long prompt thus never stalls the
@@ -43,8 +44,12 @@ namespace performer::server {
 class Tokenizer;
 
 struct EngineOptions {
-  int64_t max_queue = 256;                           // waiting requests beyond the slots
-  int64_t prefill_chunk_tokens = 512;                // first-chunk size and per-step prefill budget
+  int64_t max_queue = 256;             // waiting requests beyond the slots
+  int64_t prefill_chunk_tokens = 512;  // chunk size and per-iteration prefill budget
+  // Prefill forwards per iteration, whatever their size: each costs a pass
+  // over the weights, so many short prompts arriving at once would
+  // otherwise stall the running streams as much as one long one.
+  int64_t max_prefills_per_step = 4;
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
 };
 
@@ -93,6 +98,7 @@ class Engine {
   struct Sequence;
   struct Waiting;
   void Loop();
+  void EraseLive(const std::string& request_id, const std::shared_ptr<RequestStream>& stream);
   void RunIteration(std::unique_lock<std::mutex>& lock);
 
   const std::string model_name_;

@@ -11,7 +11,10 @@ TextOutput::TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop
 }
 
 std::string TextOutput::Release(size_t end) {
-  std::string out = text_.substr(released_, end - released_);
+  // Segments end on character boundaries (the detokenizer releases whole
+  // characters and stop strings are valid UTF-8), so each can be cleaned
+  // on its own.
+  std::string out = SanitizeUtf8(std::string_view(text_).substr(released_, end - released_));
   released_ = end;
   return out;
 }

@@ -111,7 +111,6 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
   if (!fs::is_directory(dir, error)) {
     return absl::NotFoundError(absl::StrCat("model repository ", dir, " is not a directory"));
   }
-  if (options.intra_op_threads > 0) torch::set_num_threads(options.intra_op_threads);
   std::vector<fs::path> folders;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
     const fs::path& p = entry.path();

@@ -31,7 +31,6 @@ struct RepositoryOptions {
   int64_t state_memory_bytes = int64_t{1} << 30;
   int64_t max_batch = 64;
   EngineOptions engine;
-  int intra_op_threads = 0;  // 0 = LibTorch's default
 };
 
 struct HostedModel {

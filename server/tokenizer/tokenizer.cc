@@ -83,28 +83,75 @@ size_t CompleteUtf8Prefix(std::string_view text) {
   return n;
 }
 
+std::string IncrementalDetokenizer::DecodeRange(size_t begin, size_t end) const {
+  return tokenizer_.Decode(std::vector<int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                ids_.begin() + static_cast<std::ptrdiff_t>(end)));
+}
+
 std::string IncrementalDetokenizer::Push(const std::vector<int32_t>& ids) {
   ids_.insert(ids_.end(), ids.begin(), ids.end());
-  const std::string text = tokenizer_.Decode(ids_);
-  // Release only a stable prefix: complete UTF-8 that extends what was
-  // already released (SentencePiece may rewrite the last piece's text).
-  const size_t complete = CompleteUtf8Prefix(text);
-  if (complete <= released_.size() || text.compare(0, released_.size(), released_) != 0) {
+  const std::string before = DecodeRange(window_begin_, window_end_);
+  const std::string text = DecodeRange(window_begin_, ids_.size());
+  // Release only when the new text extends the old one and ends on a
+  // complete UTF-8 character (SentencePiece may rewrite the last piece's
+  // text; a character may be split over tokens).
+  if (text.size() <= before.size() || text.compare(0, before.size(), before) != 0 ||
+      CompleteUtf8Prefix(text) != text.size()) {
     return "";
   }
-  std::string fresh = text.substr(released_.size(), complete - released_.size());
+  std::string fresh = text.substr(before.size());
   released_ += fresh;
+  window_begin_ = window_end_;
+  window_end_ = ids_.size();
   return fresh;
 }
 
 std::string IncrementalDetokenizer::Finish() {
-  const std::string text = tokenizer_.Decode(ids_);
-  if (text.size() <= released_.size() || text.compare(0, released_.size(), released_) != 0) {
-    return "";
-  }
-  std::string rest = text.substr(released_.size());
-  released_ = text;
+  const std::string before = DecodeRange(window_begin_, window_end_);
+  const std::string text = DecodeRange(window_begin_, ids_.size());
+  if (text.size() <= before.size() || text.compare(0, before.size(), before) != 0) return "";
+  std::string rest = text.substr(before.size());
+  released_ += rest;
+  window_begin_ = window_end_ = ids_.size();
   return rest;
+}
+
+std::string SanitizeUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = byte(i);
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // range of the second byte
+    if (c < 0x80) {
+      length = 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;   // no overlong forms
+      if (c == 0xED) high = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;   // no overlong forms
+      if (c == 0xF4) high = 0x8F;  // nothing past U+10FFFF
+    }
+    bool valid = length > 0 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      const unsigned char b = byte(i + k);
+      valid = k == 1 ? (b >= low && b <= high) : (b >= 0x80 && b <= 0xBF);
+    }
+    if (valid) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD, replacing one byte
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::unique_ptr<Tokenizer> MakeByteTokenizer() { return std::make_unique<ByteTokenizer>(); }

@@ -38,10 +38,26 @@ class IncrementalDetokenizer {
   const std::string& released() const { return released_; }
 
  private:
+  // Text of ids_[begin, end).
+  std::string DecodeRange(size_t begin, size_t end) const;
+
   const Tokenizer& tokenizer_;
   std::vector<int32_t> ids_;
   std::string released_;
+  // Only a window of recent ids is re-decoded per token (so a long
+  // generation costs O(1) per token, not O(length)): the text of
+  // ids_[window_begin_, ids_.size()) minus that of ids_[window_begin_,
+  // window_end_) is what is new. The window keeps the previous piece so
+  // that SentencePiece's leading-space rule sees its context.
+  size_t window_begin_ = 0;
+  size_t window_end_ = 0;
 };
+
+// `text` with every invalid UTF-8 sequence (stray or missing continuation
+// bytes, overlong forms, surrogates, code points past U+10FFFF) replaced by
+// U+FFFD, so that it can go into a protobuf string field. A byte-level model
+// can emit any byte.
+std::string SanitizeUtf8(std::string_view text);
 
 // Length of the longest prefix of `text` that does not end inside a UTF-8
 // multi-byte character.

@@ -24,6 +24,20 @@ TEST(ByteTokenizerTest, RoundTripsAnyBytes) {
   EXPECT_EQ(t->Decode({104, 300, -1, 105}), "hi");
 }
 
+TEST(Utf8Test, SanitizeReplacesEveryInvalidSequence) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(SanitizeUtf8("ok \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "ok \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(SanitizeUtf8("a\xFF"
+                         "b"),
+            "a" + fffd + "b");                                             // never valid
+  EXPECT_EQ(SanitizeUtf8("\x80"), fffd);                                   // stray continuation
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82"), fffd + fffd);                        // truncated
+  EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), fffd + fffd);                        // overlong
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), fffd + fffd + fffd);             // surrogate
+  EXPECT_EQ(SanitizeUtf8("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // > U+10FFFF
+}
+
 TEST(Utf8Test, CompletePrefixHoldsBackSplitCharacters) {
   EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
   EXPECT_EQ(CompleteUtf8Prefix("a\xe2"), 1u);

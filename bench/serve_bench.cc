@@ -1,0 +1,860 @@
+// serve_bench: the serving load generator. Measures, in one run on one
+// machine, what a client of performer-serve gets over loopback gRPC and what
+// the engine does without gRPC, on the same model and workload:
+//
+//   for each concurrency C (--concurrency, default 1,8,32,64):
+//     gRPC: C client threads, each running --requests_per_stream streaming
+//       GenerateStream requests back to back (prompt of --prompt_tokens ids,
+//       --max_new_tokens new tokens, greedy, ignore_eos), against the real
+//       performer-serve binary started as a child process (what users run);
+//       per token its arrival time: tokens/s (all generated tokens / wall
+//       time), time to first token p50/p99, inter-token latency p50/p99;
+//     engine, right after (machine drift then hits both sides of a ratio
+//       alike): the same requests submitted straight to the model's Engine
+//       (ModelRepository::Load of the same folder, RequestStream sinks, no
+//       gRPC), tokens/s and TTFT the same way.
+//   Then the ratios of the serving issue: server tokens/s at 32 streams / at
+//   1 stream (goal >= 6x) and server tokens/s / engine tokens/s at the same C
+//   (goal >= 90%), as a markdown report with the machine facts.
+//
+// Usage:
+//   serve_bench [--model_dir=DIR] [--server_binary=PATH] [--concurrency=1,8,32,64]
+//               [--requests_per_stream=2] [--max_new_tokens=128] [--prompt_tokens=16]
+//   serve_bench --make_bench_model=DIR   writes the bench model folder and exits
+// Without --model_dir the bench model (decode_bench's shape: vocab 256, dim
+// 512, depth 6, heads 8, dim_head 64, nb_features 256, causal; random
+// weights, speed does not depend on them; token ids only) is written to a
+// temporary folder first. --server=HOST:PORT measures a server that is
+// already running instead of starting one (requests go to its default
+// model; the engine part loads --model_dir, which should be that model).
+//
+// The client threads share the machine with the server: on a small machine
+// their CPU time (protobuf decoding, one thread per stream) is part of what
+// the server/engine ratio shows.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "core/decoding/sequence_decoder.h"
+#include "core/generation/sampling_params.h"
+#include "core/io/safetensors.h"
+#include "core/io/state_dict.h"
+#include "core/models/model_folder.h"
+#include "core/models/performer_lm.h"
+#include "core/runtime/torch_runtime.h"
+#include "performer/v1/generation.grpc.pb.h"
+#include "server/engine/engine.h"
+#include "server/engine/generation_request.h"
+#include "server/engine/request_stream.h"
+#include "server/repository/model_repository.h"
+
+ABSL_FLAG(std::string, model_dir, "",
+          "Model folder to serve (config.json + weights.safetensors); empty = write the bench "
+          "model to a temporary folder.");
+ABSL_FLAG(std::string, make_bench_model, "", "Write the bench model folder here and exit.");
+ABSL_FLAG(std::string, server_binary, "",
+          "performer-serve binary; empty = ../server/performer-serve next to this program.");
+ABSL_FLAG(std::string, server, "",
+          "HOST:PORT of a running server to measure instead of starting one.");
+ABSL_FLAG(std::vector<std::string>, concurrency, std::vector<std::string>({"1", "8", "32", "64"}),
+          "Concurrent streams, one measurement each.");
+ABSL_FLAG(int32_t, requests_per_stream, 2, "Requests each stream runs back to back.");
+ABSL_FLAG(int32_t, max_new_tokens, 128, "New tokens per request (ignore_eos: always this many).");
+ABSL_FLAG(int32_t, prompt_tokens, 16, "Prompt length in tokens.");
+ABSL_FLAG(int32_t, threads, 0,
+          "LibTorch intra-op threads, for the server and the in-process engine alike; 0 = every "
+          "core.");
+ABSL_FLAG(bool, shared_channel, false,
+          "All streams on one gRPC channel (one HTTP/2 connection) instead of one each.");
+ABSL_FLAG(bool, engine, true, "Also measure the engine in-process.");
+ABSL_FLAG(absl::Duration, request_timeout, absl::Minutes(2), "Deadline of each request.");
+ABSL_FLAG(absl::Duration, server_start_timeout, absl::Minutes(3),
+          "How long the server may take to load and warm up.");
+// The bench model's shape (used without --model_dir and by --make_bench_model).
+ABSL_FLAG(int64_t, bench_vocab, 256, "Bench model: vocabulary (256 = the byte tokenizer's).");
+ABSL_FLAG(int64_t, bench_dim, 512, "Bench model: dim.");
+ABSL_FLAG(int64_t, bench_depth, 6, "Bench model: layers.");
+ABSL_FLAG(int64_t, bench_heads, 8, "Bench model: heads.");
+ABSL_FLAG(int64_t, bench_dim_head, 64, "Bench model: dim_head.");
+ABSL_FLAG(int64_t, bench_nb_features, 256, "Bench model: random features per head.");
+ABSL_FLAG(int64_t, bench_max_seq_len, 2048, "Bench model: max_seq_len.");
+ABSL_FLAG(bool, bench_tokenizer, false,
+          "Bench model: add the byte tokenizer (vocab 256), so that responses carry text too.");
+
+namespace performer {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = ::performer::v1;
+using Clock = std::chrono::steady_clock;
+
+double SecondsBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// ---------------------------------------------------------------------------
+// The bench model folder
+// ---------------------------------------------------------------------------
+
+// Writes config.json (the keys that differ from the reference's defaults;
+// the loader fills in the rest), weights.safetensors (random parameters; the
+// buffers, i.e. projection matrices and rotary tables, as constructed) and,
+// with --bench_tokenizer, tokenizer.json (byte tokenizer); then loads the
+// folder back so that a bad folder fails here and not in the server. No
+// tokenizer by default: a random model emits arbitrary bytes, and the
+// throughput numbers do not depend on text.
+absl::Status WriteBenchModel(const std::string& dir) {
+  nlohmann::json config = {
+      {"model_class", "PerformerLM"},
+      {"num_tokens", absl::GetFlag(FLAGS_bench_vocab)},
+      {"max_seq_len", absl::GetFlag(FLAGS_bench_max_seq_len)},
+      {"dim", absl::GetFlag(FLAGS_bench_dim)},
+      {"depth", absl::GetFlag(FLAGS_bench_depth)},
+      {"heads", absl::GetFlag(FLAGS_bench_heads)},
+      {"dim_head", absl::GetFlag(FLAGS_bench_dim_head)},
+      {"nb_features", absl::GetFlag(FLAGS_bench_nb_features)},
+      {"causal", true},
+  };
+  absl::StatusOr<models::PerformerLMConfig> parsed = models::ParsePerformerLMConfig(config);
+  if (!parsed.ok()) return parsed.status();
+  if (absl::Status s = models::ValidateConfig(*parsed); !s.ok()) return s;
+
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  models::PerformerLM lm(*parsed);
+  for (auto& p : lm->named_parameters()) p.value().normal_(0.0, 0.02);
+  if (absl::Status s =
+          io::SaveSafetensors((fs::path(dir) / "weights.safetensors").string(), io::StateDict(*lm));
+      !s.ok()) {
+    return s;
+  }
+  std::ofstream((fs::path(dir) / "config.json").string()) << config.dump(2) << "\n";
+  if (absl::GetFlag(FLAGS_bench_tokenizer)) {
+    if (parsed->num_tokens != 256) {
+      return absl::InvalidArgumentError("--bench_tokenizer needs --bench_vocab=256");
+    }
+    std::ofstream((fs::path(dir) / "tokenizer.json").string()) << R"({"type": "byte"})"
+                                                               << "\n";
+  }
+  return models::LoadModelFolder(dir).status();
+}
+
+// ---------------------------------------------------------------------------
+// Measurements
+// ---------------------------------------------------------------------------
+
+// What one load run observed.
+struct LoadResult {
+  int64_t concurrency = 0;
+  int64_t requests = 0;
+  int64_t tokens = 0;
+  int64_t messages = 0;  // token-carrying messages (chunks taken, in-process)
+  double wall_seconds = 0;
+  std::vector<double> ttft;  // seconds, one per request
+  // Seconds between consecutive tokens of a request; tokens that arrive in
+  // the same message count a 0 gap (that is what the reader sees).
+  std::vector<double> itl;
+  int64_t errors = 0;
+  std::string first_error;
+
+  double tokens_per_second() const { return wall_seconds > 0 ? tokens / wall_seconds : 0; }
+};
+
+// What one request observed (merged into LoadResult by the runner).
+struct RequestTrace {
+  std::optional<double> ttft;
+  std::vector<double> itl;
+  int64_t tokens = 0;
+  int64_t messages = 0;
+  std::optional<Clock::time_point> last_arrival;
+
+  void Arrived(Clock::time_point start, Clock::time_point now, int64_t n) {
+    if (n <= 0) return;
+    ++messages;
+    if (!ttft) {
+      ttft = SecondsBetween(start, now);
+    } else {
+      itl.push_back(SecondsBetween(*last_arrival, now));
+    }
+    for (int64_t i = 1; i < n; ++i) itl.push_back(0.0);
+    tokens += n;
+    last_arrival = now;
+  }
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank: the smallest value with at least p of the samples at or
+  // below it (so p99 of a few samples is their maximum).
+  const size_t rank = static_cast<size_t>(std::ceil(p * v.size()));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+// The prompt of stream s, request r: deterministic and different per
+// request, so that no two rows of a batch are the same sequence.
+std::vector<int32_t> Prompt(int64_t s, int64_t r, int64_t length, int64_t vocab) {
+  uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s * 1009 + r + 1);
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < length; ++i) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    ids.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(vocab)));
+  }
+  return ids;
+}
+
+struct Workload {
+  int64_t requests_per_stream = 2;
+  int64_t max_new_tokens = 128;
+  int64_t prompt_tokens = 16;
+  int64_t vocab = 256;
+  absl::Duration request_timeout = absl::Minutes(2);
+};
+
+// Runs `concurrency` threads, each calling request(stream, r, trace) for
+// every r, released together; merges their traces.
+template <typename RequestFn>
+LoadResult RunLoad(int64_t concurrency, const Workload& workload, RequestFn request) {
+  LoadResult result;
+  result.concurrency = concurrency;
+  std::mutex mu;
+  std::condition_variable go;
+  bool started = false;
+  std::vector<std::thread> threads;
+  for (int64_t s = 0; s < concurrency; ++s) {
+    threads.emplace_back([&, s] {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        go.wait(lock, [&] { return started; });
+      }
+      for (int64_t r = 0; r < workload.requests_per_stream; ++r) {
+        RequestTrace trace;
+        absl::Status status = request(s, r, trace);
+        std::lock_guard<std::mutex> lock(mu);
+        ++result.requests;
+        result.tokens += trace.tokens;
+        result.messages += trace.messages;
+        if (trace.ttft) result.ttft.push_back(*trace.ttft);
+        result.itl.insert(result.itl.end(), trace.itl.begin(), trace.itl.end());
+        if (status.ok() && trace.tokens != workload.max_new_tokens) {
+          status = absl::InternalError(
+              absl::StrCat("got ", trace.tokens, " tokens instead of ", workload.max_new_tokens));
+        }
+        if (!status.ok() && result.errors++ == 0) result.first_error = status.ToString();
+      }
+    });
+  }
+  const Clock::time_point start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    started = true;
+  }
+  go.notify_all();
+  for (std::thread& t : threads) t.join();
+  result.wall_seconds = SecondsBetween(start, Clock::now());
+  return result;
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// One streaming request over gRPC.
+absl::Status StreamOne(v1::Generation::Stub& stub, const Workload& workload, int64_t s, int64_t r,
+                       RequestTrace& trace) {
+  v1::GenerateRequest request;
+  const std::vector<int32_t> prompt = Prompt(s, r, workload.prompt_tokens, workload.vocab);
+  request.mutable_prompt_tokens()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+  request.set_max_new_tokens(static_cast<int32_t>(workload.max_new_tokens));
+  request.set_temperature(0.0f);
+  request.set_ignore_eos(true);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoNanoseconds(workload.request_timeout));
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub.GenerateStream(&context, request);
+  v1::GenerateResponse response;
+  bool got_last = false;
+  while (reader->Read(&response)) {
+    trace.Arrived(start, Clock::now(), response.token_ids_size());
+    got_last = response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  }
+  if (got_last) return FromGrpc(reader->Finish());
+  // No last message: an error status, which has arrived already, or a
+  // message that failed to parse, after which gRPC leaves the call open
+  // until its deadline. Give Finish a moment, then cancel.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false, cancelled = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished; })) {
+      cancelled = true;
+      context.TryCancel();
+    }
+  });
+  grpc::Status status = reader->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  if (cancelled) {
+    return absl::InternalError(
+        "the stream broke off before its last message (a response that could not be parsed, "
+        "e.g. text that is not valid UTF-8?)");
+  }
+  return FromGrpc(status);
+}
+
+// One request straight to the engine. The wake-up state is shared with the
+// listener, which the engine thread may still be running when this returns.
+absl::Status EngineOne(server::Engine& engine, const Workload& workload, int64_t concurrency,
+                       int64_t s, int64_t r, RequestTrace& trace) {
+  struct Wakeup {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ready = false;
+  };
+  auto wakeup = std::make_shared<Wakeup>();
+  auto stream = std::make_shared<server::RequestStream>();
+  stream->SetListener([wakeup] {
+    {
+      std::lock_guard<std::mutex> lock(wakeup->mu);
+      wakeup->ready = true;
+    }
+    wakeup->cv.notify_one();
+  });
+  server::GenerationRequest request;
+  request.request_id = absl::StrCat("serve-bench-", concurrency, "-", s, "-", r);
+  const std::vector<int32_t> prompt = Prompt(s, r, workload.prompt_tokens, workload.vocab);
+  request.prompt.assign(prompt.begin(), prompt.end());
+  request.sampling = generation::SamplingParams::Greedy();
+  request.sampling.max_new_tokens = workload.max_new_tokens;
+  request.deadline = absl::Now() + workload.request_timeout;
+  const Clock::time_point start = Clock::now();
+  if (absl::Status submitted = engine.Submit(std::move(request), stream); !submitted.ok()) {
+    return submitted;
+  }
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(wakeup->mu);
+      wakeup->cv.wait(lock, [&] { return wakeup->ready; });
+      wakeup->ready = false;
+    }
+    server::RequestStream::Taken taken = stream->Take();
+    trace.Arrived(start, Clock::now(), static_cast<int64_t>(taken.chunk.token_ids.size()));
+    if (taken.summary) return taken.summary->status;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The server child process
+// ---------------------------------------------------------------------------
+
+class ServerProcess {
+ public:
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Starts `binary` with `args` (stdout and stderr to `log_path`) and waits
+  // for the port it writes to `port_file` once its models are loaded.
+  absl::Status Start(const std::string& binary, const std::vector<std::string>& args,
+                     const std::string& port_file, const std::string& log_path,
+                     absl::Duration timeout) {
+    log_path_ = log_path;
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    // posix_spawn rather than fork: this process already runs LibTorch's and
+    // gRPC's threads, and a forked child may only call async-signal-safe
+    // functions before exec.
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot start ", binary, ": ", std::strerror(rc)));
+    }
+    pid_ = pid;
+    const absl::Time until = absl::Now() + timeout;
+    while (absl::Now() < until) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return absl::FailedPreconditionError(absl::StrCat(binary, " exited (status ", status,
+                                                          ") before it was ready:\n", LogTail()));
+      }
+      std::ifstream in(port_file);
+      if (in >> port_ && port_ > 0) return absl::OkStatus();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(binary, " wrote no port to ", port_file, " in ",
+                                                    absl::FormatDuration(timeout), ":\n",
+                                                    LogTail()));
+  }
+
+  // SIGTERM (the server drains), then its exit status.
+  absl::StatusOr<int> Stop(absl::Duration timeout) {
+    if (pid_ <= 0) return absl::FailedPreconditionError("not running");
+    kill(pid_, SIGTERM);
+    const absl::Time until = absl::Now() + timeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (absl::Now() > until) {
+        return absl::DeadlineExceededError(absl::StrCat("no exit ", absl::FormatDuration(timeout),
+                                                        " after SIGTERM:\n", LogTail()));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    pid_ = -1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return absl::InternalError(
+        absl::StrCat("killed by signal ", WTERMSIG(status), ":\n", LogTail()));
+  }
+
+  int port() const { return port_; }
+
+  std::string LogTail() const {
+    std::ifstream in(log_path_);
+    std::stringstream all;
+    all << in.rdbuf();
+    const std::string text = all.str();
+    return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+std::string DefaultServerBinary() {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (error) return "performer-serve";
+  return (self.parent_path().parent_path() / "server" / "performer-serve").string();
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f MiB", bytes / 1048576.0); }
+
+// ---------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------
+
+struct Measured {
+  LoadResult grpc;
+  std::optional<LoadResult> engine;
+};
+
+void PrintErrors(const char* what, const LoadResult& r) {
+  if (r.errors == 0) return;
+  std::printf("\n**%s, %lld streams: %lld of %lld requests failed**; first: %s\n", what,
+              static_cast<long long>(r.concurrency), static_cast<long long>(r.errors),
+              static_cast<long long>(r.requests), r.first_error.c_str());
+}
+
+void PrintReport(const std::vector<Measured>& runs) {
+  std::printf(
+      "\n## Streaming over gRPC vs the engine in-process\n\n"
+      "| streams | requests | tokens | server tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | "
+      "ITL p99 ms | tokens/msg | engine tok/s | engine TTFT p50 ms | server / engine |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Measured& m : runs) {
+    const LoadResult& g = m.grpc;
+    std::string engine_cols = "- | - | -";
+    if (m.engine) {
+      engine_cols = absl::StrFormat(
+          "%.0f | %.1f | %.0f%%", m.engine->tokens_per_second(),
+          Percentile(m.engine->ttft, 0.5) * 1e3,
+          100.0 * g.tokens_per_second() / std::max(1e-9, m.engine->tokens_per_second()));
+    }
+    std::printf(
+        "| %lld | %lld | %lld | %.0f | %.1f | %.1f | %.2f | %.2f | %.2f | %s |\n",
+        static_cast<long long>(g.concurrency), static_cast<long long>(g.requests),
+        static_cast<long long>(g.tokens), g.tokens_per_second(), Percentile(g.ttft, 0.5) * 1e3,
+        Percentile(g.ttft, 0.99) * 1e3, Percentile(g.itl, 0.5) * 1e3, Percentile(g.itl, 0.99) * 1e3,
+        g.messages > 0 ? static_cast<double>(g.tokens) / g.messages : 0.0, engine_cols.c_str());
+  }
+  for (const Measured& m : runs) {
+    PrintErrors("gRPC", m.grpc);
+    if (m.engine) PrintErrors("engine", *m.engine);
+  }
+
+  auto find = [&runs](int64_t c) -> const Measured* {
+    for (const Measured& m : runs) {
+      if (m.grpc.concurrency == c) return &m;
+    }
+    return nullptr;
+  };
+  std::printf("\n## Goals\n\n| measure | value | goal | met |\n|---|---:|---:|:---:|\n");
+  const Measured* one = find(1);
+  const Measured* many = find(32);
+  if (one != nullptr && many != nullptr) {
+    const double scaling =
+        many->grpc.tokens_per_second() / std::max(1e-9, one->grpc.tokens_per_second());
+    std::printf("| server tokens/s, 32 streams / 1 stream | %.2fx | >= 6x | %s |\n", scaling,
+                scaling >= 6 ? "yes" : "no");
+    if (one->engine && many->engine) {
+      std::printf(
+          "| engine tokens/s, 32 / 1 (in-process, for reference) | %.2fx | | |\n",
+          many->engine->tokens_per_second() / std::max(1e-9, one->engine->tokens_per_second()));
+    }
+  } else {
+    std::printf(
+        "| server tokens/s, 32 / 1 stream | (needs 1 and 32 in --concurrency) | >= 6x | |\n");
+  }
+  for (const Measured& m : runs) {
+    if (!m.engine) continue;
+    const double ratio = m.grpc.tokens_per_second() / std::max(1e-9, m.engine->tokens_per_second());
+    std::printf("| server / engine tokens/s at %lld streams | %.0f%% | >= 90%% | %s |\n",
+                static_cast<long long>(m.grpc.concurrency), 100 * ratio,
+                ratio >= 0.9 ? "yes" : "no");
+  }
+  std::printf(
+      "\nTTFT: call start to the first token-carrying message; ITL: gap between consecutive "
+      "tokens of a request (tokens delivered in one message count 0); tokens/msg > 1 means the "
+      "reader fell behind and got tokens batched. p99 of few samples is their maximum.\n");
+}
+
+int Run() {
+  if (const std::string dir = absl::GetFlag(FLAGS_make_bench_model); !dir.empty()) {
+    if (absl::Status s = WriteBenchModel(dir); !s.ok()) {
+      std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote the bench model to %s\n", dir.c_str());
+    return 0;
+  }
+
+  std::vector<int64_t> concurrency;
+  for (const std::string& item : absl::GetFlag(FLAGS_concurrency)) {
+    int64_t c = 0;
+    if (!absl::SimpleAtoi(item, &c) || c < 1) {
+      std::fprintf(stderr, "serve_bench: --concurrency: \"%s\" is not a positive count\n",
+                   item.c_str());
+      return 2;
+    }
+    concurrency.push_back(c);
+  }
+  if (concurrency.empty()) {
+    std::fprintf(stderr, "serve_bench: --concurrency is empty\n");
+    return 2;
+  }
+  const int64_t max_concurrency = *std::max_element(concurrency.begin(), concurrency.end());
+  Workload workload;
+  workload.requests_per_stream = absl::GetFlag(FLAGS_requests_per_stream);
+  workload.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  workload.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  workload.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  if (workload.requests_per_stream < 1 || workload.max_new_tokens < 1 ||
+      workload.prompt_tokens < 1) {
+    std::fprintf(stderr,
+                 "serve_bench: --requests_per_stream, --max_new_tokens and --prompt_tokens must "
+                 "be positive\n");
+    return 2;
+  }
+
+  const TorchRuntimeInfo runtime = ConfigureTorchRuntime(absl::GetFlag(FLAGS_threads));
+  const int threads = runtime.intra_op_threads;
+
+  // Checked before the bench model is written, which takes a while.
+  std::string binary = absl::GetFlag(FLAGS_server_binary);
+  if (binary.empty()) binary = DefaultServerBinary();
+  if (absl::GetFlag(FLAGS_server).empty() && access(binary.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "serve_bench: no performer-serve at %s (--server_binary)\n",
+                 binary.c_str());
+    return 2;
+  }
+
+  // A scratch folder: the model repository (the model folder, or a link to
+  // it), the port file and the server's log.
+  std::string scratch_template = (fs::temp_directory_path() / "serve_bench.XXXXXX").string();
+  if (mkdtemp(scratch_template.data()) == nullptr) {
+    std::fprintf(stderr, "serve_bench: mkdtemp failed\n");
+    return 1;
+  }
+  const fs::path scratch = scratch_template;
+  // On every return: the bench model is ~80 MB.
+  absl::Cleanup remove_scratch = [&scratch] {
+    std::error_code error;
+    fs::remove_all(scratch, error);
+  };
+  const fs::path repository = scratch / "models";
+  fs::create_directories(repository);
+  std::string model_dir = absl::GetFlag(FLAGS_model_dir);
+  std::string model_name;
+  if (model_dir.empty()) {
+    model_name = "bench";
+    model_dir = (repository / model_name).string();
+    std::fprintf(stderr, "serve_bench: writing the bench model to %s\n", model_dir.c_str());
+    if (absl::Status s = WriteBenchModel(model_dir); !s.ok()) {
+      std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  } else {
+    const fs::path absolute = fs::absolute(model_dir);
+    model_name = absolute.filename().string();
+    if (model_name.empty()) model_name = absolute.parent_path().filename().string();
+    std::error_code error;
+    fs::create_directory_symlink(absolute, repository / model_name, error);
+    if (error) {
+      std::fprintf(stderr, "serve_bench: cannot link %s: %s\n", model_dir.c_str(),
+                   error.message().c_str());
+      return 1;
+    }
+  }
+  std::ifstream config_in((fs::path(model_dir) / "config.json").string());
+  const nlohmann::json config =
+      nlohmann::json::parse(config_in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.contains("num_tokens")) {
+    std::fprintf(stderr, "serve_bench: %s/config.json is not a PerformerLM config\n",
+                 model_dir.c_str());
+    return 1;
+  }
+  workload.vocab = config.value("num_tokens", int64_t{256});
+
+  std::printf("# serve_bench\n\n");
+  std::printf("- machine: %s, %u cores; %s\n", CpuModel().c_str(),
+              std::thread::hardware_concurrency(), DescribeTorchRuntime(runtime).c_str());
+  auto key = [&config](const char* name) {
+    return config.contains(name) ? config[name].dump() : std::string("default");
+  };
+  std::printf(
+      "- model: %s (%s), vocab %s, dim %s, depth %s, heads %s, dim_head %s, nb_features %s, "
+      "max_seq_len %s\n",
+      model_name.c_str(), config.value("model_class", std::string("?")).c_str(),
+      key("num_tokens").c_str(), key("dim").c_str(), key("depth").c_str(), key("heads").c_str(),
+      key("dim_head").c_str(), key("nb_features").c_str(), key("max_seq_len").c_str());
+  std::printf(
+      "- workload: per stream %lld requests back to back; prompt %lld tokens, %lld new tokens "
+      "(greedy, ignore_eos); streams %s; %s\n",
+      static_cast<long long>(workload.requests_per_stream),
+      static_cast<long long>(workload.prompt_tokens),
+      static_cast<long long>(workload.max_new_tokens), absl::StrJoin(concurrency, ", ").c_str(),
+      absl::GetFlag(FLAGS_shared_channel) ? "one shared gRPC channel"
+                                          : "one gRPC channel (connection) per stream");
+  std::fflush(stdout);
+
+  // --- the server, then both measurements per concurrency ------------------
+  std::vector<Measured> runs;
+  {
+    ServerProcess process;
+    std::string address = absl::GetFlag(FLAGS_server);
+    if (address.empty()) {
+      const std::string port_file = (scratch / "port").string();
+      const std::vector<std::string> args = {
+          absl::StrCat("--model_repository=", repository.string()),
+          "--host=127.0.0.1",
+          "--port=0",
+          absl::StrCat("--port_file=", port_file),
+          absl::StrCat("--max_batch=", max_concurrency),
+          absl::StrCat("--intra_op_threads=", threads),
+          absl::StrCat("--max_new_tokens_limit=", std::max<int64_t>(4096, workload.max_new_tokens)),
+      };
+      std::fprintf(stderr, "serve_bench: starting %s %s\n", binary.c_str(),
+                   absl::StrJoin(args, " ").c_str());
+      if (absl::Status s = process.Start(binary, args, port_file, (scratch / "server.log").string(),
+                                         absl::GetFlag(FLAGS_server_start_timeout));
+          !s.ok()) {
+        std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+        return 1;
+      }
+      address = absl::StrCat("127.0.0.1:", process.port());
+    }
+
+    auto make_stub = [&address](int64_t index) {
+      grpc::ChannelArguments args;
+      // Distinct arguments keep gRPC from sharing one connection between
+      // channels: each stream gets its own, like independent clients.
+      args.SetInt("performer.serve_bench.channel", static_cast<int>(index));
+      std::shared_ptr<grpc::Channel> channel =
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      // Connected before the clock starts: the first request's TTFT should
+      // not include a TCP and HTTP/2 handshake.
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      return v1::Generation::NewStub(channel);
+    };
+    std::unique_ptr<v1::Generation::Stub> control = make_stub(-1);
+    {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      v1::ListModelsResponse models;
+      grpc::Status status = control->ListModels(&context, v1::ListModelsRequest(), &models);
+      if (!status.ok()) {
+        std::fprintf(stderr, "serve_bench: ListModels: %s\n", status.error_message().c_str());
+        return 1;
+      }
+      for (const v1::ModelInfo& m : models.models()) {
+        if (m.name() != models.default_model()) continue;
+        std::printf(
+            "- served as \"%s\" at %s: tokenizer %s; state %lld bytes/sequence (%s), %d slots\n",
+            m.name().c_str(), address.c_str(),
+            m.tokenizer().empty() ? "none" : m.tokenizer().c_str(),
+            static_cast<long long>(m.state_bytes_per_sequence()),
+            Mib(m.state_bytes_per_sequence()).c_str(), m.max_sequences());
+        if (m.max_sequences() < max_concurrency) {
+          std::printf("- **note**: %d slots < %lld streams: some requests queue\n",
+                      m.max_sequences(), static_cast<long long>(max_concurrency));
+        }
+      }
+      std::fflush(stdout);
+    }
+    // Warm-up: connections, the server's first-call paths.
+    {
+      Workload warm = workload;
+      warm.max_new_tokens = std::min<int64_t>(8, workload.max_new_tokens);
+      RequestTrace trace;
+      if (absl::Status s = StreamOne(*control, warm, 999, 0, trace); !s.ok()) {
+        std::fprintf(stderr, "serve_bench: warm-up request failed: %s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+    // The engine in-process, loaded now so that each concurrency is measured
+    // over gRPC and in-process back to back: on a shared or throttled
+    // machine, drift over the run then affects both sides of a ratio alike.
+    // The server is idle meanwhile (its threads wait), and so is this
+    // engine while the server runs.
+    std::unique_ptr<server::ModelRepository> in_process;
+    server::Engine* engine = nullptr;
+    if (absl::GetFlag(FLAGS_engine)) {
+      server::RepositoryOptions options;
+      options.max_batch = max_concurrency;
+      std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
+      absl::StatusOr<std::unique_ptr<server::ModelRepository>> loaded =
+          server::ModelRepository::Load(repository.string(), options, model_name);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "serve_bench: %s\n", loaded.status().ToString().c_str());
+        return 1;
+      }
+      in_process = std::move(*loaded);
+      server::HostedModel* hosted = in_process->Find(model_name);
+      if (hosted == nullptr || hosted->engine == nullptr) {
+        std::fprintf(stderr, "serve_bench: %s is not a generating model\n", model_name.c_str());
+        return 1;
+      }
+      engine = hosted->engine.get();
+      std::printf("- engine in-process: state %lld bytes/sequence, %lld slots\n",
+                  static_cast<long long>(engine->info().state_bytes_per_sequence),
+                  static_cast<long long>(engine->info().capacity));
+      std::fflush(stdout);
+      Workload warm = workload;
+      warm.max_new_tokens = std::min<int64_t>(8, workload.max_new_tokens);
+      RequestTrace trace;
+      if (absl::Status s = EngineOne(*engine, warm, 0, 999, 0, trace); !s.ok()) {
+        std::fprintf(stderr, "serve_bench: engine warm-up failed: %s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+
+    for (int64_t c : concurrency) {
+      std::vector<std::unique_ptr<v1::Generation::Stub>> stubs;
+      for (int64_t s = 0; s < c; ++s) {
+        stubs.push_back(absl::GetFlag(FLAGS_shared_channel) ? nullptr : make_stub(s));
+      }
+      Measured m;
+      std::fprintf(stderr, "serve_bench: %lld streams: gRPC...", static_cast<long long>(c));
+      m.grpc = RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
+        v1::Generation::Stub& stub = stubs[s] ? *stubs[s] : *control;
+        return StreamOne(stub, workload, s, r, trace);
+      });
+      std::fprintf(stderr, " %.0f tokens/s", m.grpc.tokens_per_second());
+      if (engine != nullptr) {
+        std::fprintf(stderr, "; engine...");
+        m.engine = RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
+          return EngineOne(*engine, workload, c, s, r, trace);
+        });
+        std::fprintf(stderr, " %.0f tokens/s", m.engine->tokens_per_second());
+      }
+      std::fprintf(stderr, "\n");
+      runs.push_back(std::move(m));
+    }
+    if (in_process != nullptr) in_process->Stop();
+    if (absl::GetFlag(FLAGS_server).empty()) {
+      absl::StatusOr<int> exit_code = process.Stop(absl::Seconds(60));
+      if (!exit_code.ok() || *exit_code != 0) {
+        std::printf("\n**performer-serve did not exit cleanly on SIGTERM**: %s\n",
+                    exit_code.ok() ? absl::StrCat("exit status ", *exit_code).c_str()
+                                   : exit_code.status().ToString().c_str());
+      }
+    }
+  }
+
+  PrintReport(runs);
+  return 0;
+}
+
+}  // namespace
+}  // namespace performer
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serving load generator: streamed tokens/s, TTFT and inter-token latency over gRPC vs "
+      "the engine in-process.\nUsage: serve_bench [--model_dir=DIR] [--concurrency=1,8,32,64] "
+      "[flags]");
+  absl::ParseCommandLine(argc, argv);
+  return performer::Run();
+}
