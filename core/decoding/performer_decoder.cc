@@ -4,19 +4,10 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/decoding/token_ids.h"
 
 namespace performer::decoding {
 namespace {
-
-absl::Status CheckTokens(const std::vector<int64_t>& tokens, int64_t vocab, const char* what) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " token ", i, " is ", tokens[i],
-                                                     ", outside the vocabulary [0, ", vocab, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 torch::Tensor TokenTensor(const std::vector<int64_t>& tokens) {
   return torch::tensor(tokens, torch::TensorOptions().dtype(torch::kLong));
@@ -37,6 +28,13 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
         absl::StrCat("model_class ", model.model_class, " cannot decode"));
   }
   return std::unique_ptr<PerformerDecoder>(new PerformerDecoder(std::move(model), capacity));
+}
+
+int64_t PerformerDecoder::StateBytesPerSequence(const models::LoadedModel& model) {
+  models::PerformerEncDec encdec = model.encdec;
+  models::PerformerLM lm = model.model_class == "PerformerEncDec" ? encdec->decoder() : model.lm;
+  c10::InferenceMode guard;
+  return lm->AllocateState(1).BytesPerRow();
 }
 
 PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
@@ -95,7 +93,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const Pre
     return absl::OutOfRangeError(absl::StrCat(
         "prompt has ", r.prompt.size(), " tokens; the model's max_seq_len is ", info_.max_seq_len));
   }
-  if (absl::Status s = CheckTokens(r.prompt, info_.vocab_size, "prompt"); !s.ok()) return s;
+  if (absl::Status s = CheckTokenIds(r.prompt, info_.vocab_size, "prompt"); !s.ok()) return s;
   if (info_.needs_source) {
     if (r.source.empty()) {
       return absl::InvalidArgumentError("an encoder-decoder model needs a non-empty source");
@@ -110,7 +108,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const Pre
                                                      " entries for ", r.source.size(),
                                                      " source tokens"));
     }
-    if (absl::Status s = CheckTokens(r.source, info_.source_vocab_size, "source"); !s.ok()) {
+    if (absl::Status s = CheckTokenIds(r.source, info_.source_vocab_size, "source"); !s.ok()) {
       return s;
     }
   } else if (!r.source.empty()) {
@@ -148,7 +146,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
         absl::StrCat("sequence ", id, " must be prefilled before it is extended"));
   }
   if (tokens.empty()) return absl::InvalidArgumentError("extend needs at least one token");
-  if (absl::Status s = CheckTokens(tokens, info_.vocab_size, "prompt"); !s.ok()) return s;
+  if (absl::Status s = CheckTokenIds(tokens, info_.vocab_size, "prompt"); !s.ok()) return s;
   const int64_t position = pool_.positions[*slot].item<int64_t>();
   if (position + static_cast<int64_t>(tokens.size()) > info_.max_seq_len) {
     return absl::OutOfRangeError(
@@ -167,7 +165,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
         absl::StrCat("step got ", ids.size(), " sequences but ", tokens.size(), " tokens"));
   }
   if (ids.empty()) return absl::InvalidArgumentError("step needs at least one sequence");
-  if (absl::Status s = CheckTokens(tokens, info_.vocab_size, "step"); !s.ok()) return s;
+  if (absl::Status s = CheckTokenIds(tokens, info_.vocab_size, "step"); !s.ok()) return s;
   const int64_t count = static_cast<int64_t>(ids.size());
   std::vector<int64_t> slots(ids.size());
   auto positions = pool_.positions.accessor<int64_t, 1>();

@@ -26,6 +26,10 @@ class PerformerDecoder : public SequenceDecoder {
   // FailedPrecondition for a non-causal PerformerLM or a FastAttention folder.
   static absl::StatusOr<std::unique_ptr<PerformerDecoder>> Create(models::LoadedModel model,
                                                                   int64_t capacity);
+  // info().state_bytes_per_sequence of a decoder of `model` (a causal
+  // PerformerLM or a PerformerEncDec), without building one: what sizes the
+  // slots for a memory budget.
+  static int64_t StateBytesPerSequence(const models::LoadedModel& model);
 
   const DecoderInfo& info() const override { return info_; }
   absl::StatusOr<SequenceId> Create() override;

@@ -108,38 +108,33 @@ void PerformerStackImpl::PrepareForDecoding() {
   }
 }
 
-torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                       const torch::Tensor& positions, DecodeState& state) {
+torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tensor& x,
+                                              const InterleavedRotary& rotary,
+                                              const torch::Tensor& positions, DecodeState& state) {
   torch::Tensor x1 = x, x2 = x;
   for (size_t i = 0; i < pairs_.size(); ++i) {
-    auto& [f, g] = pairs_[i];
+    BranchImpl& f = *pairs_[i].first;
+    BranchImpl& g = *pairs_[i].second;
     LayerState& layer = state.layers[i];
     if (config_.reversible) {
-      x1 = x1 + f->Step(x2, rotary, positions, layer, /*attention_branch=*/true);
-      x2 = x2 + g->Step(x1, rotary, positions, layer, /*attention_branch=*/false);
+      x1 = x1 + (f.*call)(x2, rotary, positions, layer, /*attention_branch=*/true);
+      x2 = x2 + (g.*call)(x1, rotary, positions, layer, /*attention_branch=*/false);
     } else {
-      x1 = x1 + f->Step(x1, rotary, positions, layer, /*attention_branch=*/true);
-      x1 = x1 + g->Step(x1, rotary, positions, layer, /*attention_branch=*/false);
+      x1 = x1 + (f.*call)(x1, rotary, positions, layer, /*attention_branch=*/true);
+      x1 = x1 + (g.*call)(x1, rotary, positions, layer, /*attention_branch=*/false);
     }
   }
   return config_.reversible ? x1 + x2 : x1;
 }
 
+torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
+                                       const torch::Tensor& positions, DecodeState& state) {
+  return Incremental(&BranchImpl::Step, x, rotary, positions, state);
+}
+
 torch::Tensor PerformerStackImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                                          const torch::Tensor& positions, DecodeState& state) {
-  torch::Tensor x1 = x, x2 = x;
-  for (size_t i = 0; i < pairs_.size(); ++i) {
-    auto& [f, g] = pairs_[i];
-    LayerState& layer = state.layers[i];
-    if (config_.reversible) {
-      x1 = x1 + f->Extend(x2, rotary, positions, layer, /*attention_branch=*/true);
-      x2 = x2 + g->Extend(x1, rotary, positions, layer, /*attention_branch=*/false);
-    } else {
-      x1 = x1 + f->Extend(x1, rotary, positions, layer, /*attention_branch=*/true);
-      x1 = x1 + g->Extend(x1, rotary, positions, layer, /*attention_branch=*/false);
-    }
-  }
-  return config_.reversible ? x1 + x2 : x1;
+  return Incremental(&BranchImpl::Extend, x, rotary, positions, state);
 }
 
 void PerformerStackImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

@@ -55,6 +55,13 @@ class PerformerStackImpl : public torch::nn::Module {
   int64_t num_pairs() const { return static_cast<int64_t>(pairs_.size()); }
 
  private:
+  // The pairs' residual wiring (sequential or reversible) around one
+  // incremental branch call, `Step` or `Extend`.
+  using BranchCall = torch::Tensor (BranchImpl::*)(const torch::Tensor&, const InterleavedRotary&,
+                                                   const torch::Tensor&, LayerState&, bool);
+  torch::Tensor Incremental(BranchCall call, const torch::Tensor& x,
+                            const InterleavedRotary& rotary, const torch::Tensor& positions,
+                            DecodeState& state);
   PerformerLMConfig config_;
   std::vector<std::pair<Branch, Branch>> pairs_;
 };

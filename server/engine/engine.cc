@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/decoding/sequence_decoder.h"
+#include "core/decoding/token_ids.h"
 #include "core/generation/stop_rules.h"
 #include "core/generation/token_sampler.h"
 #include "server/engine/text_output.h"
@@ -16,16 +17,6 @@
 
 namespace performer::server {
 namespace {
-
-absl::Status CheckTokens(const std::vector<int64_t>& tokens, int64_t vocab, const char* field) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] is ", tokens[i],
-                                                     ", outside the vocabulary [0, ", vocab, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
@@ -73,7 +64,8 @@ absl::Status Engine::Validate(const GenerationRequest& r) const {
         "prompt is empty: give prompt_text or prompt_tokens (for an encoder-decoder model, or "
         "set the model's decoder_start_token_id)");
   }
-  if (absl::Status s = CheckTokens(r.prompt, info.vocab_size, "prompt_tokens"); !s.ok()) return s;
+  if (absl::Status s = decoding::CheckTokenIds(r.prompt, info.vocab_size, "prompt_tokens"); !s.ok())
+    return s;
   if (info.needs_source) {
     if (r.source.empty()) {
       return absl::InvalidArgumentError(
@@ -84,7 +76,8 @@ absl::Status Engine::Validate(const GenerationRequest& r) const {
           absl::StrCat("source_tokens: the source has ", r.source.size(),
                        " tokens; the encoder's max_seq_len is ", info.max_source_len));
     }
-    if (absl::Status s = CheckTokens(r.source, info.source_vocab_size, "source_tokens"); !s.ok()) {
+    if (absl::Status s = decoding::CheckTokenIds(r.source, info.source_vocab_size, "source_tokens");
+        !s.ok()) {
       return s;
     }
   } else if (!r.source.empty()) {
@@ -325,6 +318,18 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     seq.finish = reason;
     seq.status = std::move(status);
   };
+  // Ends a sequence whose reader asked for it (Cancel RPC, client cancel or
+  // disconnect, the RPC's deadline); true if it did. A cancel is a normal
+  // end (the stream says why); a passed deadline is DEADLINE_EXCEEDED.
+  auto end_if_cancelled = [&](Sequence& seq) {
+    const FinishReason cancel = seq.stream->cancel_reason();
+    if (cancel == FinishReason::kNone) return false;
+    end_sequence(seq, cancel,
+                 cancel == FinishReason::kDeadline
+                     ? absl::DeadlineExceededError("the request's deadline passed")
+                     : absl::OkStatus());
+    return true;
+  };
   // Emits one sampled token; decides whether the sequence is done.
   auto emit = [&](Sequence& seq, const torch::Tensor& logits, int64_t token) {
     const absl::Time t = absl::Now();
@@ -367,13 +372,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
 
   // 2. Cancellations, deadlines and slow readers of running sequences.
   for (auto& seq : running_) {
-    const FinishReason cancel = seq->stream->cancel_reason();
-    if (cancel != FinishReason::kNone) {
-      end_sequence(*seq, cancel,
-                   cancel == FinishReason::kDeadline
-                       ? absl::DeadlineExceededError("the request's deadline passed")
-                       : absl::OkStatus());
-    } else if (seq->request.deadline <= now) {
+    if (!end_if_cancelled(*seq) && seq->request.deadline <= now) {
       end_sequence(*seq, FinishReason::kDeadline,
                    absl::DeadlineExceededError("the request's deadline passed"));
     }
@@ -474,13 +473,8 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   //    that saw its request finish can reuse the id at once and GetModel
   //    already shows the slot free.
   for (auto& seq : running_) {
-    if (seq->finish == FinishReason::kNone && seq->stream->cancel_reason() != FinishReason::kNone) {
-      const FinishReason cancel = seq->stream->cancel_reason();
-      end_sequence(*seq, cancel,
-                   cancel == FinishReason::kDeadline
-                       ? absl::DeadlineExceededError("the request's deadline passed")
-                       : absl::OkStatus());
-    }
+    // A cancel that arrived during this iteration.
+    if (seq->finish == FinishReason::kNone) end_if_cancelled(*seq);
     if (seq->finish == FinishReason::kNone) continue;
     if (seq->has_slot) (void)decoder_->Release(seq->id);
     const double seconds = Seconds(absl::Now() - seq->accepted);

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/decoding/token_ids.h"
 #include "core/models/model_folder.h"
 
 namespace performer::server {
@@ -24,12 +25,7 @@ absl::StatusOr<Embedding> Embedder::Embed(const std::vector<int64_t>& tokens, bo
                                                    " tokens; the model's max_seq_len is ",
                                                    max_tokens_));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= vocab_size_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokens[", i, "] is ", tokens[i], ", outside the vocabulary [0, ", vocab_size_, ")"));
-    }
-  }
+  if (absl::Status s = decoding::CheckTokenIds(tokens, vocab_size_, "tokens"); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   c10::InferenceMode guard;
   torch::Tensor input =

@@ -59,12 +59,8 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
     if (hosted->kind == ModelKind::kEncoderDecoder) {
       hosted->embedder = std::make_unique<Embedder>(*model);
     }
-    // The exact state size decides the slots: probe with one slot first.
-    absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> probe =
-        decoding::PerformerDecoder::Create(*model, 1);
-    if (!probe.ok()) return probe.status();
-    const int64_t bytes = (*probe)->info().state_bytes_per_sequence;
-    probe->reset();
+    // The exact state size decides the slots.
+    const int64_t bytes = decoding::PerformerDecoder::StateBytesPerSequence(*model);
     const int64_t slots = std::min<int64_t>(
         options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, bytes));
     if (slots < 1) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -198,37 +199,73 @@ bool SendsFinalMessage(const StreamSummary& summary) {
          summary.reason == FinishReason::kDeadline;
 }
 
-// Streams one request's tokens. The engine thread calls the listener; gRPC
-// calls the reactions. One recursive mutex orders them (a reaction may run
-// inline inside StartWrite), and `alive` keeps a late listener call away
-// from a deleted reactor.
+// What both generation reactors share: the engine thread notifies a
+// reactor through its RequestStream's listener while gRPC calls its
+// reactions. One recursive mutex orders the two (a reaction may run inline
+// inside StartWrite), and `alive` keeps a late listener call away from a
+// deleted reactor.
+class EngineLink {
+ public:
+  explicit EngineLink(grpc::CallbackServerContext* context)
+      : context_(context), guard_(std::make_shared<Guard>()) {}
+
+  std::recursive_mutex& mu() { return guard_->mu; }
+  RequestStream& stream() { return *stream_; }
+
+  // `on_data` runs under mu(), only while the reactor lives.
+  void Attach(std::shared_ptr<RequestStream> stream, std::function<void()> on_data) {
+    stream_ = std::move(stream);
+    stream_->SetListener([guard = guard_, on_data = std::move(on_data)] {
+      std::lock_guard<std::recursive_mutex> lock(guard->mu);
+      if (guard->alive) on_data();
+    });
+  }
+  // The RPC was cancelled (or its client went away): the engine ends the
+  // request within a step. Call with mu() held.
+  void CancelFromRpc() {
+    if (stream_) stream_->RequestCancel(CancelReason(context_));
+  }
+  // From OnDone, before the reactor is deleted.
+  void Retire() {
+    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    guard_->alive = false;
+  }
+
+ private:
+  struct Guard {
+    std::recursive_mutex mu;
+    bool alive = true;
+  };
+
+  grpc::CallbackServerContext* context_;
+  std::shared_ptr<Guard> guard_;
+  std::shared_ptr<RequestStream> stream_;
+};
+
+// Streams one request's tokens as the engine produces them.
 class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  StreamWriter(grpc::CallbackServerContext* context, std::string request_id)
-      : context_(context), request_id_(std::move(request_id)), guard_(std::make_shared<Guard>()) {}
+  explicit StreamWriter(grpc::CallbackServerContext* context) : link_(context) {}
 
   void FinishNow(const grpc::Status& status) {
-    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    std::lock_guard<std::recursive_mutex> lock(link_.mu());
     done_ = true;
     Finish(status);
   }
 
-  void Attach(std::shared_ptr<RequestStream> stream) {
-    stream_ = std::move(stream);
-    std::shared_ptr<Guard> guard = guard_;
-    stream_->SetListener([this, guard] {
-      std::lock_guard<std::recursive_mutex> lock(guard->mu);
-      if (guard->alive) Pump();
-    });
+  // `request_id` is echoed in every message.
+  void Attach(std::string request_id, std::shared_ptr<RequestStream> stream) {
+    request_id_ = std::move(request_id);
+    link_.Attach(std::move(stream), [this] { Pump(); });
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    std::lock_guard<std::recursive_mutex> lock(link_.mu());
     writing_ = false;
     if (done_) return;
     if (!ok) {
       // The client is gone: stop generating for it.
-      if (stream_) stream_->RequestCancel(CancelReason(context_));
+      link_.CancelFromRpc();
       done_ = true;
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
       return;
@@ -242,28 +279,20 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
   void OnCancel() override {
-    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
-    if (stream_) stream_->RequestCancel(CancelReason(context_));
+    std::lock_guard<std::recursive_mutex> lock(link_.mu());
+    link_.CancelFromRpc();
   }
 
   void OnDone() override {
-    {
-      std::lock_guard<std::recursive_mutex> lock(guard_->mu);
-      guard_->alive = false;
-    }
+    link_.Retire();
     delete this;
   }
 
  private:
-  struct Guard {
-    std::recursive_mutex mu;
-    bool alive = true;
-  };
-
   // Called with the lock held: sends whatever the engine has produced.
   void Pump() {
     if (writing_ || done_ || final_status_.has_value()) return;
-    RequestStream::Taken taken = stream_->Take();
+    RequestStream::Taken taken = link_.stream().Take();
     if (taken.chunk.empty() && !taken.summary.has_value()) return;
     if (taken.summary.has_value() && !SendsFinalMessage(*taken.summary)) {
       done_ = true;
@@ -280,10 +309,8 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     StartWrite(&response_);
   }
 
-  grpc::CallbackServerContext* context_;
-  const std::string request_id_;
-  std::shared_ptr<Guard> guard_;
-  std::shared_ptr<RequestStream> stream_;
+  EngineLink link_;
+  std::string request_id_;
   v1::GenerateResponse response_;
   bool writing_ = false;
   bool done_ = false;
@@ -293,50 +320,34 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 // Unary Generate: collects the whole generation, then answers once.
 class UnaryGenerator : public grpc::ServerUnaryReactor {
  public:
-  UnaryGenerator(grpc::CallbackServerContext* context, std::string request_id,
-                 v1::GenerateResponse* response)
-      : context_(context),
-        request_id_(std::move(request_id)),
-        response_(response),
-        guard_(std::make_shared<Guard>()) {}
+  UnaryGenerator(grpc::CallbackServerContext* context, v1::GenerateResponse* response)
+      : link_(context), response_(response) {}
 
   void FinishNow(const grpc::Status& status) {
-    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+    std::lock_guard<std::recursive_mutex> lock(link_.mu());
     done_ = true;
     Finish(status);
   }
 
-  void Attach(std::shared_ptr<RequestStream> stream) {
-    stream_ = std::move(stream);
-    std::shared_ptr<Guard> guard = guard_;
-    stream_->SetListener([this, guard] {
-      std::lock_guard<std::recursive_mutex> lock(guard->mu);
-      if (guard->alive) Collect();
-    });
+  void Attach(std::string request_id, std::shared_ptr<RequestStream> stream) {
+    request_id_ = std::move(request_id);
+    link_.Attach(std::move(stream), [this] { Collect(); });
   }
 
   void OnCancel() override {
-    std::lock_guard<std::recursive_mutex> lock(guard_->mu);
-    if (stream_) stream_->RequestCancel(CancelReason(context_));
+    std::lock_guard<std::recursive_mutex> lock(link_.mu());
+    link_.CancelFromRpc();
   }
 
   void OnDone() override {
-    {
-      std::lock_guard<std::recursive_mutex> lock(guard_->mu);
-      guard_->alive = false;
-    }
+    link_.Retire();
     delete this;
   }
 
  private:
-  struct Guard {
-    std::recursive_mutex mu;
-    bool alive = true;
-  };
-
   void Collect() {
     if (done_) return;
-    RequestStream::Taken taken = stream_->Take();
+    RequestStream::Taken taken = link_.stream().Take();
     FillChunk(request_id_, taken.chunk, response_);
     if (!taken.summary.has_value()) return;
     FillSummary(*taken.summary, response_);
@@ -344,11 +355,9 @@ class UnaryGenerator : public grpc::ServerUnaryReactor {
     Finish(ToGrpc(taken.summary->status));
   }
 
-  grpc::CallbackServerContext* context_;
-  const std::string request_id_;
+  EngineLink link_;
+  std::string request_id_;
   v1::GenerateResponse* response_;
-  std::shared_ptr<Guard> guard_;
-  std::shared_ptr<RequestStream> stream_;
   bool done_ = false;
 };
 
@@ -381,13 +390,13 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grp
 GenerationService::GenerationService(ModelRepository& repository, ServiceOptions options)
     : repository_(repository), options_(options) {}
 
-// Resolves, converts and submits a generation; on failure returns the status
-// to finish the RPC with (and sets the retry hint for overload).
+// Resolves, converts and submits a generation whose output goes to
+// `reactor`; on failure returns the status to finish the RPC with (and sets
+// the retry hint for overload).
 template <typename Reactor>
 static grpc::Status Start(ModelRepository& repository, const ServiceOptions& options, bool draining,
                           grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
-                          int64_t buffer_tokens, std::string* request_id, Reactor** reactor_out,
-                          std::function<Reactor*(std::string)> make) {
+                          int64_t buffer_tokens, Reactor* reactor) {
   if (draining) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is shutting down and accepts no new requests");
@@ -397,35 +406,24 @@ static grpc::Status Start(ModelRepository& repository, const ServiceOptions& opt
   absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, options, *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = buffer_tokens;
-  *request_id = request->request_id;
   auto stream = std::make_shared<RequestStream>(buffer_tokens);
-  Reactor* reactor = make(*request_id);
   // The listener is attached before the engine can produce anything.
-  reactor->Attach(stream);
+  reactor->Attach(request->request_id, stream);
   absl::Status submitted = (*model)->engine->Submit(std::move(*request), stream);
-  if (!submitted.ok()) {
-    if (absl::IsResourceExhausted(submitted)) {
-      const int64_t ms = absl::ToInt64Milliseconds((*model)->engine->RetryHint());
-      context->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(ms));
-      submitted = absl::ResourceExhaustedError(
-          absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
-    }
-    *reactor_out = reactor;
-    return ToGrpc(submitted);
+  if (absl::IsResourceExhausted(submitted)) {
+    const int64_t ms = absl::ToInt64Milliseconds((*model)->engine->RetryHint());
+    context->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(ms));
+    submitted = absl::ResourceExhaustedError(
+        absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
   }
-  *reactor_out = reactor;
-  return grpc::Status::OK;
+  return ToGrpc(submitted);
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  std::string request_id;
-  StreamWriter* writer = nullptr;
-  grpc::Status status = Start<StreamWriter>(
-      repository_, options_, draining_.load(), context, *request, options_.stream_buffer_tokens,
-      &request_id, &writer,
-      [context](std::string id) { return new StreamWriter(context, std::move(id)); });
-  if (writer == nullptr) writer = new StreamWriter(context, request->request_id());
+  auto* writer = new StreamWriter(context);
+  grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
+                              options_.stream_buffer_tokens, writer);
   if (!status.ok()) writer->FinishNow(status);
   return writer;
 }
@@ -433,15 +431,9 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStrea
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const v1::GenerateRequest* request,
                                                       v1::GenerateResponse* response) {
-  std::string request_id;
-  UnaryGenerator* generator = nullptr;
-  grpc::Status status = Start<UnaryGenerator>(
-      repository_, options_, draining_.load(), context, *request, /*buffer_tokens=*/0, &request_id,
-      &generator, [context, response](std::string id) {
-        return new UnaryGenerator(context, std::move(id), response);
-      });
-  if (generator == nullptr)
-    generator = new UnaryGenerator(context, request->request_id(), response);
+  auto* generator = new UnaryGenerator(context, response);
+  grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
+                              /*buffer_tokens=*/0, generator);
   if (!status.ok()) generator->FinishNow(status);
   return generator;
 }

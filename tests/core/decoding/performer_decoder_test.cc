@@ -172,6 +172,9 @@ TEST(PerformerDecoderTest, StateBytesPerSequenceIsExact) {
                                    + 2 * lh * 8 * d  // ring of 2w keys and values
                                    + 2 * (16 / 2);   // shifted pieces of both branches
   EXPECT_EQ(decoder->info().state_bytes_per_sequence, 2 * per_layer_floats * 4 + 8);
+  // Known before a decoder is built (a server sizes its pool with it).
+  EXPECT_EQ(PerformerDecoder::StateBytesPerSequence(RandomLM(config)),
+            2 * per_layer_floats * 4 + 8);
 }
 
 TEST(PerformerDecoderTest, BatchedStepsDoNotDependOnBatchCompanions) {
