@@ -184,6 +184,15 @@ class ModelRepository:
                 json.dump(generation_config, f)
         return name
 
+    def add_required(self, *cases):
+        """Copies every case, or skips the calling test class when one of the
+        fixture folders is absent."""
+        present = list_cases()
+        for case in cases:
+            if case not in present:
+                raise unittest.SkipTest("%s fixture absent" % case)
+            self.add(case)
+
 
 # ---------------------------------------------------------------------------
 # Server process
@@ -472,11 +481,17 @@ class ServerTestCase(unittest.TestCase):
         raise NotImplementedError
 
     @classmethod
-    def setUpClass(cls):
+    def repository_dir(cls):
+        """The model repository to serve: by default a temporary one that
+        models(repo) fills with fixture folders."""
         repo = ModelRepository(cls.NAME)
         cls.models(repo)
         cls.repo = repo
-        cls.server = Server(repo.dir, cls.FLAGS, name=cls.NAME)
+        return repo.dir
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(cls.repository_dir(), cls.FLAGS, name=cls.NAME)
         try:
             cls.server.start()
         except Exception:

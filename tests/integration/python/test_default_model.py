@@ -16,22 +16,15 @@ REPO_MODELS = os.path.normpath(os.path.join(os.environ.get("PROTO_DIR", ""), "..
 MODEL = "performer-byte-tiny"
 
 
-class DefaultModelTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if not os.path.isdir(os.path.join(REPO_MODELS, MODEL)):
-            raise unittest.SkipTest("%s is absent" % os.path.join(REPO_MODELS, MODEL))
-        cls.server = harness.Server(REPO_MODELS, ("--max_batch=4",), name="default_model")
-        try:
-            cls.server.start()
-        except Exception:
-            cls.server.kill()
-            raise
-        cls.stub = cls.server.stub
+class DefaultModelTest(harness.ServerTestCase):
+    NAME = "default_model"
+    FLAGS = ("--max_batch=4",)
 
     @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+    def repository_dir(cls):
+        if not os.path.isdir(os.path.join(REPO_MODELS, MODEL)):
+            raise unittest.SkipTest("%s is absent" % os.path.join(REPO_MODELS, MODEL))
+        return REPO_MODELS
 
     def test_listed_as_the_default_byte_model(self):
         listing = self.stub.ListModels(pb.ListModelsRequest(), timeout=10)

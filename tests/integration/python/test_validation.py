@@ -31,11 +31,7 @@ class ValidationTest(harness.ServerTestCase):
 
     @classmethod
     def models(cls, repo):
-        cases = harness.list_cases()
-        for case in (DECODER, ENCDEC, ENCODER):
-            if case not in cases:
-                raise unittest.SkipTest("%s fixture absent" % case)
-            repo.add(case)
+        repo.add_required(DECODER, ENCDEC, ENCODER)
         cfg = harness.load_json(harness.fixture_dir(DECODER) + "/config.json")
         cls.vocab = cfg["num_tokens"]
         cls.max_len = cfg["max_seq_len"]

@@ -48,6 +48,20 @@ Collected WaitFor(const std::shared_ptr<RequestStream>& stream) {
   return out;
 }
 
+// Submits `r` and waits for its end. A refused submit fails the test and
+// comes back as the summary's status (waiting would never end).
+Collected RunToEnd(Engine& engine, GenerationRequest r) {
+  auto stream = std::make_shared<RequestStream>();
+  absl::Status submitted = engine.Submit(std::move(r), stream);
+  if (!submitted.ok()) {
+    ADD_FAILURE() << "Submit: " << submitted;
+    Collected refused;
+    refused.summary.status = submitted;
+    return refused;
+  }
+  return WaitFor(stream);
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -90,13 +104,8 @@ class EngineTest : public ::testing::Test {
 
 TEST_F(EngineTest, GreedyMatchesTheFixtureAndTheCoreLoop) {
   std::unique_ptr<Engine> engine = MakeEngine(4);
-  auto stream = std::make_shared<RequestStream>();
-  ASSERT_TRUE(
-      engine
-          ->Submit(Greedy("a", fixture_prompt_, static_cast<int64_t>(fixture_greedy_.size())),
-                   stream)
-          .ok());
-  Collected got = WaitFor(stream);
+  Collected got =
+      RunToEnd(*engine, Greedy("a", fixture_prompt_, static_cast<int64_t>(fixture_greedy_.size())));
   EXPECT_TRUE(got.summary.status.ok()) << got.summary.status;
   EXPECT_EQ(got.summary.reason, FinishReason::kLength);
   EXPECT_EQ(std::vector<int64_t>(got.tokens.begin(), got.tokens.end()), fixture_greedy_);
@@ -111,13 +120,8 @@ TEST_F(EngineTest, ChunkedPrefillGivesTheSameTokens) {
   EngineOptions options;
   options.prefill_chunk_tokens = 3;
   std::unique_ptr<Engine> engine = MakeEngine(2, options);
-  auto stream = std::make_shared<RequestStream>();
-  ASSERT_TRUE(
-      engine
-          ->Submit(Greedy("a", fixture_prompt_, static_cast<int64_t>(fixture_greedy_.size())),
-                   stream)
-          .ok());
-  Collected got = WaitFor(stream);
+  Collected got =
+      RunToEnd(*engine, Greedy("a", fixture_prompt_, static_cast<int64_t>(fixture_greedy_.size())));
   EXPECT_EQ(std::vector<int64_t>(got.tokens.begin(), got.tokens.end()), fixture_greedy_);
 }
 
@@ -134,9 +138,7 @@ TEST_F(EngineTest, OutputDoesNotDependOnTheBatch) {
   {
     std::unique_ptr<Engine> engine = MakeEngine(1);
     for (int i = 0; i < kRequests; ++i) {
-      auto stream = std::make_shared<RequestStream>();
-      ASSERT_TRUE(engine->Submit(Greedy(absl::StrCat(i), prompts[i], 20), stream).ok());
-      alone[i] = WaitFor(stream).tokens;
+      alone[i] = RunToEnd(*engine, Greedy(absl::StrCat(i), prompts[i], 20)).tokens;
       ASSERT_EQ(alone[i].size(), 20u);
     }
   }
@@ -162,9 +164,7 @@ TEST_F(EngineTest, CancelFreesTheSlotAndEndsTheStream) {
   EXPECT_FALSE(engine->Cancel("unknown"));
   // The id is free as soon as Cancel returns; the old request still ends
   // as cancelled and the new one runs normally.
-  auto reuse = std::make_shared<RequestStream>();
-  ASSERT_TRUE(engine->Submit(Greedy("a", {4, 5}, 3), reuse).ok());
-  EXPECT_EQ(WaitFor(reuse).summary.reason, FinishReason::kLength);
+  EXPECT_EQ(RunToEnd(*engine, Greedy("a", {4, 5}, 3)).summary.reason, FinishReason::kLength);
   Collected got = WaitFor(stream);
   EXPECT_EQ(got.summary.reason, FinishReason::kCancelled);
   EXPECT_TRUE(got.summary.status.ok()) << got.summary.status;
@@ -177,11 +177,9 @@ TEST_F(EngineTest, DeadlineEndsTheRequest) {
   EngineOptions options;
   options.step_delay = absl::Milliseconds(5);
   std::unique_ptr<Engine> engine = MakeEngine(1, options);
-  auto stream = std::make_shared<RequestStream>();
   GenerationRequest r = Greedy("a", {1, 2, 3}, 40);
   r.deadline = absl::Now() + absl::Milliseconds(30);
-  ASSERT_TRUE(engine->Submit(r, stream).ok());
-  Collected got = WaitFor(stream);
+  Collected got = RunToEnd(*engine, r);
   EXPECT_EQ(got.summary.reason, FinishReason::kDeadline);
   EXPECT_TRUE(absl::IsDeadlineExceeded(got.summary.status));
 }
@@ -192,9 +190,7 @@ TEST_F(EngineTest, SlowReaderIsEndedWithoutBlockingOthers) {
   GenerationRequest r = Greedy("slow", {1, 2, 3}, 30);
   r.max_buffered_tokens = 3;
   ASSERT_TRUE(engine->Submit(r, slow).ok());
-  auto fast = std::make_shared<RequestStream>();
-  ASSERT_TRUE(engine->Submit(Greedy("fast", {4, 5}, 30), fast).ok());
-  Collected fast_got = WaitFor(fast);
+  Collected fast_got = RunToEnd(*engine, Greedy("fast", {4, 5}, 30));
   EXPECT_EQ(fast_got.tokens.size(), 30u);
   ASSERT_TRUE(engine->WaitIdle(absl::Seconds(10)));
   RequestStream::Taken taken = slow->Take();  // nobody read until now
@@ -259,17 +255,13 @@ TEST_F(EngineTest, StopTokenAndEos) {
   std::unique_ptr<Engine> engine = MakeEngine(1);
   GenerationRequest r = Greedy("a", fixture_prompt_, 12);
   r.sampling.stop_token_ids = {fixture_greedy_[2]};
-  auto stream = std::make_shared<RequestStream>();
-  ASSERT_TRUE(engine->Submit(r, stream).ok());
-  Collected got = WaitFor(stream);
+  Collected got = RunToEnd(*engine, r);
   EXPECT_EQ(got.summary.reason, FinishReason::kStopToken);
   ASSERT_GE(got.tokens.size(), 1u);
   EXPECT_EQ(got.tokens.back(), fixture_greedy_[2]);
   r = Greedy("b", fixture_prompt_, 12);
   r.sampling.eos_token_id = fixture_greedy_[1];
-  stream = std::make_shared<RequestStream>();
-  ASSERT_TRUE(engine->Submit(r, stream).ok());
-  got = WaitFor(stream);
+  got = RunToEnd(*engine, r);
   EXPECT_EQ(got.summary.reason, FinishReason::kEos);
   EXPECT_EQ(got.tokens.back(), fixture_greedy_[1]);
 }
@@ -280,9 +272,7 @@ TEST_F(EngineTest, SeededSamplingIsReproducible) {
     GenerationRequest r = Greedy(id, {1, 2, 3}, 20);
     r.sampling.temperature = 1.0f;
     r.sampling.seed = 1234;
-    auto stream = std::make_shared<RequestStream>();
-    EXPECT_TRUE(engine->Submit(r, stream).ok());
-    return WaitFor(stream).tokens;
+    return RunToEnd(*engine, r).tokens;
   };
   EXPECT_EQ(run("x"), run("y"));
 }
