@@ -80,8 +80,11 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
     }
     hosted->vocab_size = (*decoder)->info().vocab_size;
     hosted->max_sequence_length = (*decoder)->info().max_seq_len;
+    EngineOptions engine_options = options.engine;
+    if (options.observer_for_model)
+      engine_options.observer = options.observer_for_model(hosted->name);
     hosted->engine = std::make_unique<Engine>(hosted->name, std::move(*decoder),
-                                              hosted->tokenizer.get(), options.engine);
+                                              hosted->tokenizer.get(), engine_options);
   }
   hosted->load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return hosted;

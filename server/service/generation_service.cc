@@ -23,6 +23,37 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// One RPC's record for the observers: started on construction, reported
+// once by End().
+class RpcScope {
+ public:
+  RpcScope(const std::vector<RpcObserver*>& observers, std::string_view method,
+           const grpc::CallbackServerContext* context)
+      : observers_(observers), start_(absl::Now()) {
+    record_.method = method;
+    record_.peer = context->peer();
+    for (RpcObserver* o : observers_) o->OnRpcStart(method);
+  }
+  RpcRecord& record() { return record_; }
+  void End(const grpc::Status& status) {
+    if (ended_) return;
+    ended_ = true;
+    record_.status = FromGrpc(status);
+    record_.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    for (RpcObserver* o : observers_) o->OnRpcEnd(record_);
+  }
+
+ private:
+  const std::vector<RpcObserver*>& observers_;
+  const absl::Time start_;
+  RpcRecord record_;
+  bool ended_ = false;
+};
+
 v1::FinishReason ToWire(FinishReason reason) {
   switch (reason) {
     case FinishReason::kLength:
@@ -204,13 +235,17 @@ bool SendsFinalMessage(const StreamSummary& summary) {
 // from a deleted reactor.
 class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  StreamWriter(grpc::CallbackServerContext* context, std::string request_id)
-      : context_(context), request_id_(std::move(request_id)), guard_(std::make_shared<Guard>()) {}
+  StreamWriter(grpc::CallbackServerContext* context, std::string request_id,
+               std::unique_ptr<RpcScope> scope)
+      : context_(context),
+        request_id_(std::move(request_id)),
+        guard_(std::make_shared<Guard>()),
+        scope_(std::move(scope)) {}
 
   void FinishNow(const grpc::Status& status) {
     std::lock_guard<std::recursive_mutex> lock(guard_->mu);
     done_ = true;
-    Finish(status);
+    FinishWith(status);
   }
 
   void Attach(std::shared_ptr<RequestStream> stream) {
@@ -230,12 +265,12 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       // The client is gone: stop generating for it.
       if (stream_) stream_->RequestCancel(CancelReason(context_));
       done_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
       return;
     }
     if (final_status_.has_value()) {
       done_ = true;
-      Finish(*final_status_);
+      FinishWith(*final_status_);
       return;
     }
     Pump();
@@ -250,9 +285,14 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     {
       std::lock_guard<std::recursive_mutex> lock(guard_->mu);
       guard_->alive = false;
+      scope_->End(sent_status_);
     }
     delete this;
   }
+
+  RpcScope& scope() { return *scope_; }
+  // Before Attach only (the id the engine will echo).
+  void set_request_id(std::string id) { request_id_ = std::move(id); }
 
  private:
   struct Guard {
@@ -260,14 +300,20 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     bool alive = true;
   };
 
+  void FinishWith(const grpc::Status& status) {
+    sent_status_ = status;
+    Finish(status);
+  }
+
   // Called with the lock held: sends whatever the engine has produced.
   void Pump() {
     if (writing_ || done_ || final_status_.has_value()) return;
     RequestStream::Taken taken = stream_->Take();
     if (taken.chunk.empty() && !taken.summary.has_value()) return;
+    if (taken.summary.has_value()) scope_->record().summary = *taken.summary;
     if (taken.summary.has_value() && !SendsFinalMessage(*taken.summary)) {
       done_ = true;
-      Finish(ToGrpc(taken.summary->status));
+      FinishWith(ToGrpc(taken.summary->status));
       return;
     }
     response_.Clear();
@@ -281,30 +327,38 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
   grpc::CallbackServerContext* context_;
-  const std::string request_id_;
+  std::string request_id_;
   std::shared_ptr<Guard> guard_;
+  std::unique_ptr<RpcScope> scope_;
   std::shared_ptr<RequestStream> stream_;
   v1::GenerateResponse response_;
   bool writing_ = false;
   bool done_ = false;
   std::optional<grpc::Status> final_status_;
+  grpc::Status sent_status_;
 };
 
 // Unary Generate: collects the whole generation, then answers once.
 class UnaryGenerator : public grpc::ServerUnaryReactor {
  public:
   UnaryGenerator(grpc::CallbackServerContext* context, std::string request_id,
-                 v1::GenerateResponse* response)
+                 v1::GenerateResponse* response, std::unique_ptr<RpcScope> scope)
       : context_(context),
         request_id_(std::move(request_id)),
         response_(response),
-        guard_(std::make_shared<Guard>()) {}
+        guard_(std::make_shared<Guard>()),
+        scope_(std::move(scope)) {}
 
   void FinishNow(const grpc::Status& status) {
     std::lock_guard<std::recursive_mutex> lock(guard_->mu);
     done_ = true;
+    sent_status_ = status;
     Finish(status);
   }
+
+  RpcScope& scope() { return *scope_; }
+  // Before Attach only (the id the engine will echo).
+  void set_request_id(std::string id) { request_id_ = std::move(id); }
 
   void Attach(std::shared_ptr<RequestStream> stream) {
     stream_ = std::move(stream);
@@ -324,6 +378,7 @@ class UnaryGenerator : public grpc::ServerUnaryReactor {
     {
       std::lock_guard<std::recursive_mutex> lock(guard_->mu);
       guard_->alive = false;
+      scope_->End(sent_status_);
     }
     delete this;
   }
@@ -340,16 +395,20 @@ class UnaryGenerator : public grpc::ServerUnaryReactor {
     FillChunk(request_id_, taken.chunk, response_);
     if (!taken.summary.has_value()) return;
     FillSummary(*taken.summary, response_);
+    scope_->record().summary = *taken.summary;
     done_ = true;
-    Finish(ToGrpc(taken.summary->status));
+    sent_status_ = ToGrpc(taken.summary->status);
+    Finish(sent_status_);
   }
 
   grpc::CallbackServerContext* context_;
-  const std::string request_id_;
+  std::string request_id_;
   v1::GenerateResponse* response_;
   std::shared_ptr<Guard> guard_;
+  std::unique_ptr<RpcScope> scope_;
   std::shared_ptr<RequestStream> stream_;
   bool done_ = false;
+  grpc::Status sent_status_;
 };
 
 void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
@@ -370,7 +429,9 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
   }
 }
 
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status) {
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, RpcScope& scope,
+                                 const grpc::Status& status) {
+  scope.End(status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
@@ -381,25 +442,28 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grp
 GenerationService::GenerationService(ModelRepository& repository, ServiceOptions options)
     : repository_(repository), options_(options) {}
 
-// Resolves, converts and submits a generation; on failure returns the status
-// to finish the RPC with (and sets the retry hint for overload).
+// Resolves, converts and submits a generation for `reactor` (which reports
+// the model and request id it gets); on failure returns the status to finish
+// the RPC with (and sets the retry hint for overload).
 template <typename Reactor>
 static grpc::Status Start(ModelRepository& repository, const ServiceOptions& options, bool draining,
                           grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
-                          int64_t buffer_tokens, std::string* request_id, Reactor** reactor_out,
-                          std::function<Reactor*(std::string)> make) {
+                          int64_t buffer_tokens, Reactor* reactor) {
+  RpcRecord& record = reactor->scope().record();
+  record.request_id = wire.request_id();
   if (draining) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is shutting down and accepts no new requests");
   }
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
+  record.model = (*model)->name;
   absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, options, *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = buffer_tokens;
-  *request_id = request->request_id;
+  record.request_id = request->request_id;
+  reactor->set_request_id(request->request_id);
   auto stream = std::make_shared<RequestStream>(buffer_tokens);
-  Reactor* reactor = make(*request_id);
   // The listener is attached before the engine can produce anything.
   reactor->Attach(stream);
   absl::Status submitted = (*model)->engine->Submit(std::move(*request), stream);
@@ -410,22 +474,18 @@ static grpc::Status Start(ModelRepository& repository, const ServiceOptions& opt
       submitted = absl::ResourceExhaustedError(
           absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
     }
-    *reactor_out = reactor;
     return ToGrpc(submitted);
   }
-  *reactor_out = reactor;
   return grpc::Status::OK;
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  std::string request_id;
-  StreamWriter* writer = nullptr;
-  grpc::Status status = Start<StreamWriter>(
-      repository_, options_, draining_.load(), context, *request, options_.stream_buffer_tokens,
-      &request_id, &writer,
-      [context](std::string id) { return new StreamWriter(context, std::move(id)); });
-  if (writer == nullptr) writer = new StreamWriter(context, request->request_id());
+  auto* writer =
+      new StreamWriter(context, request->request_id(),
+                       std::make_unique<RpcScope>(options_.observers, "GenerateStream", context));
+  grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
+                              options_.stream_buffer_tokens, writer);
   if (!status.ok()) writer->FinishNow(status);
   return writer;
 }
@@ -433,15 +493,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStrea
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const v1::GenerateRequest* request,
                                                       v1::GenerateResponse* response) {
-  std::string request_id;
-  UnaryGenerator* generator = nullptr;
-  grpc::Status status = Start<UnaryGenerator>(
-      repository_, options_, draining_.load(), context, *request, /*buffer_tokens=*/0, &request_id,
-      &generator, [context, response](std::string id) {
-        return new UnaryGenerator(context, std::move(id), response);
-      });
-  if (generator == nullptr)
-    generator = new UnaryGenerator(context, request->request_id(), response);
+  auto* generator =
+      new UnaryGenerator(context, request->request_id(), response,
+                         std::make_unique<RpcScope>(options_.observers, "Generate", context));
+  grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
+                              /*buffer_tokens=*/0, generator);
   if (!status.ok()) generator->FinishNow(status);
   return generator;
 }
@@ -449,54 +505,65 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext* context,
                                                     const v1::CancelRequest* request,
                                                     v1::CancelResponse* response) {
+  RpcScope scope(options_.observers, "Cancel", context);
+  scope.record().request_id = request->request_id();
   if (request->request_id().empty()) {
-    return Answer(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                        "request_id: empty; name the request to cancel"));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "request_id: empty; name the request to cancel"));
   }
   bool cancelled = false;
   for (const auto& model : repository_.models()) {
     if (model->engine && model->engine->Cancel(request->request_id())) cancelled = true;
   }
   response->set_cancelled(cancelled);
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,
                                                         const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
+  RpcScope scope(options_.observers, "ListModels", context);
   for (const auto& model : repository_.models()) FillModelInfo(*model, response->add_models());
   response->set_default_model(repository_.default_model());
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContext* context,
                                                       const v1::GetModelRequest* request,
                                                       v1::ModelInfo* response) {
+  RpcScope scope(options_.observers, "GetModel", context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return Answer(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                        absl::StrCat("name: no model named \"", request->name(),
-                                                     "\" is hosted here (see ListModels)")));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::NOT_FOUND,
+                               absl::StrCat("name: no model named \"", request->name(),
+                                            "\" is hosted here (see ListModels)")));
   }
+  scope.record().model = model->name;
   FillModelInfo(*model, response);
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* context,
                                                    const v1::EmbedRequest* request,
                                                    v1::EmbedResponse* response) {
+  RpcScope scope(options_.observers, "Embed", context);
   if (draining_.load()) {
-    return Answer(context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                        "the server is shutting down and accepts no new requests"));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "the server is shutting down and accepts no new requests"));
   }
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
-    return Answer(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                        absl::StrCat("model: no model named \"", request->model(),
-                                                     "\" is hosted here (see ListModels)")));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::NOT_FOUND,
+                               absl::StrCat("model: no model named \"", request->model(),
+                                            "\" is hosted here (see ListModels)")));
   }
+  scope.record().model = model->name;
   if (model->embedder == nullptr) {
-    return Answer(context,
+    return Answer(context, scope,
                   grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                absl::StrCat("model ", model->name,
                                             " is a causal decoder: Embed needs a bidirectional "
@@ -505,20 +572,21 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
   const v1::Pooling pooling = request->pooling();
   if (pooling != v1::POOLING_UNSPECIFIED && pooling != v1::POOLING_MEAN &&
       pooling != v1::POOLING_NONE) {
-    return Answer(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                        absl::StrCat("pooling: unknown value ", pooling)));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               absl::StrCat("pooling: unknown value ", pooling)));
   }
   absl::StatusOr<std::vector<int64_t>> tokens =
       Tokens(*model, request->input_case() == v1::EmbedRequest::kText, request->text(),
              request->tokens().ids(), "text");
-  if (!tokens.ok()) return Answer(context, ToGrpc(tokens.status()));
+  if (!tokens.ok()) return Answer(context, scope, ToGrpc(tokens.status()));
   absl::StatusOr<Embedding> embedding =
       model->embedder->Embed(*tokens, pooling != v1::POOLING_NONE);
-  if (!embedding.ok()) return Answer(context, ToGrpc(embedding.status()));
+  if (!embedding.ok()) return Answer(context, scope, ToGrpc(embedding.status()));
   response->set_dim(static_cast<int32_t>(embedding->dim));
   response->set_tokens(static_cast<int32_t>(embedding->tokens));
   response->mutable_values()->Add(embedding->values.begin(), embedding->values.end());
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 }  // namespace performer::server
