@@ -187,8 +187,6 @@ int Run() {
                 << e.what() << "\n";
       return 1;
     }
-    for (const auto& collectable : metrics.collectables())
-      exposer->RegisterCollectable(collectable);
     metrics_port = exposer->GetListeningPorts().empty() ? -1 : exposer->GetListeningPorts()[0];
   }
   const performer::TorchRuntimeInfo runtime =
