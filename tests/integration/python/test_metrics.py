@@ -13,9 +13,10 @@ Servers:
              whose counts are known exactly (Generate, GenerateStream, Embed,
              ListModels, GetModel, INVALID_ARGUMENT, NOT_FOUND);
   lifecycle  lm_causal_default with --max_batch=1 --max_queue=1
-             --step_delay_ms=100: a client-cancelled stream, a stream ended
-             by the Cancel RPC, an overload (RESOURCE_EXHAUSTED), a queued
-             request cancelled before it ran, a stream past its deadline;
+             --step_delay_ms=100: a client-cancelled stream and unary call,
+             a stream ended by the Cancel RPC, an overload
+             (RESOURCE_EXHAUSTED), a queued request cancelled before it ran,
+             a stream and a unary call past their deadline;
   stalled    (test_engine_stall_turns_health_not_serving only) an engine that
              blocks after 3 steps; killed with SIGKILL at the end.
 
@@ -463,6 +464,18 @@ class MetricsTest(unittest.TestCase):
         t.finished[(DECODER, "cancelled")] = t.finished.get((DECODER, "cancelled"), 0) + 1
         cls.life_min_tokens += received
         cls.life_with_tokens += 1 if received else 0
+        cls.life_idle()
+
+        # 1b. The client cancels a running unary Generate: CANCELLED as well
+        # (whatever the engine made of it, the client got no OK).
+        future = stub.Generate.future(long_request("client-cancel-unary-" + uuid.uuid4().hex),
+                                      timeout=60)
+        cls.life_wait(lambda m: m.active_sequences == 1, "unary request never got a slot")
+        time.sleep(0.3)
+        future.cancel()
+        cls.check(future.cancelled(), "unary Generate not cancelled: %s" % future)
+        t.rpc(DECODER, "Generate", "CANCELLED")
+        t.finished[(DECODER, "cancelled")] = t.finished.get((DECODER, "cancelled"), 0) + 1
         cls.life_idle()
 
         # 2. The Cancel RPC ends a running stream normally (OK, reason cancelled).
