@@ -39,7 +39,8 @@ struct Engine::Sequence {
   size_t prompt_fed = 0;             // prompt tokens the decoder has consumed
   int64_t last_token = -1;           // sampled, still to be fed
   int64_t generated = 0;
-  absl::Time accepted, admitted, first_token;
+  absl::Time accepted, admitted, first_token, last_token_time;
+  double prefill_seconds = 0;  // forwards spent on its prompt
   FinishReason finish = FinishReason::kNone;
   absl::Status status;  // non-OK: the request failed
 };
@@ -50,6 +51,7 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
       decoder_(std::move(decoder)),
       tokenizer_(tokenizer),
       options_(options) {
+  last_step_nanos_ = absl::ToUnixNanos(absl::Now());
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -132,6 +134,11 @@ absl::Status Engine::Submit(GenerationRequest request, std::shared_ptr<RequestSt
   }
   auto waiting = std::make_unique<Waiting>();
   waiting->accepted = absl::Now();
+  // An idle engine's heartbeat clock starts when work arrives, so a long
+  // idle period never reads as a stall.
+  if (queue_.empty() && active_.load() == 0) {
+    last_step_nanos_ = absl::ToUnixNanos(waiting->accepted);
+  }
   waiting->stream = stream;
   waiting->request = std::move(request);
   live_[waiting->request.request_id] = stream;
@@ -175,6 +182,15 @@ absl::Duration Engine::RetryHint() const {
   return absl::Seconds(std::clamp(seconds, 0.05, 60.0));
 }
 
+bool Engine::Healthy(absl::Duration stall) const {
+  bool has_work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    has_work = !queue_.empty() || active_.load() > 0;
+  }
+  return !has_work || absl::Now() - last_step_time() < stall;
+}
+
 void Engine::BeginDrain() {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;
@@ -212,6 +228,11 @@ void Engine::Loop() {
   while (true) {
     wake_.wait(lock, [&] { return stop_ || !queue_.empty() || !running_.empty(); });
     if (stop_) break;
+    if (options_.stall_after_steps > 0 && steps_.load() >= options_.stall_after_steps) {
+      // Test hook: a stuck engine (the heartbeat stops while work waits).
+      wake_.wait(lock, [&] { return stop_; });
+      break;
+    }
     RunIteration(lock);
     if (queue_.empty() && running_.empty()) idle_.notify_all();
   }
@@ -286,6 +307,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
 
   std::vector<std::unique_ptr<Sequence>> finished;
+  EngineStepStats step_stats;
   auto summarize = [&](const GenerationRequest& request, absl::Time accepted,
                        absl::Time first_token, absl::Time admitted_at, FinishReason reason,
                        absl::Status status, int64_t generated) {
@@ -305,12 +327,14 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   for (auto& w : dropped) {
     const FinishReason cancel = w->stream->cancel_reason();
     const bool deadline = cancel == FinishReason::kNone || cancel == FinishReason::kDeadline;
-    w->stream->Finish(summarize(
+    StreamSummary summary = summarize(
         w->request, w->accepted, absl::InfinitePast(), absl::InfinitePast(),
         deadline ? FinishReason::kDeadline : cancel,
         deadline ? absl::DeadlineExceededError("the deadline passed while the request was queued")
                  : absl::OkStatus(),
-        0));
+        0);
+    if (options_.observer != nullptr) options_.observer->OnFinished(summary, -1.0);
+    w->stream->Finish(std::move(summary));
   }
 
   // Ends a running sequence (its slot is freed below).
@@ -333,7 +357,13 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   // Emits one sampled token; decides whether the sequence is done.
   auto emit = [&](Sequence& seq, const torch::Tensor& logits, int64_t token) {
     const absl::Time t = absl::Now();
-    if (seq.generated == 0) seq.first_token = t;
+    if (seq.generated == 0) {
+      seq.first_token = t;
+    } else if (options_.observer != nullptr) {
+      options_.observer->OnInterTokenGap(Seconds(t - seq.last_token_time));
+    }
+    seq.last_token_time = t;
+    ++step_stats.tokens;
     seq.context.push_back(token);
     ++seq.generated;
     StreamChunk chunk;
@@ -387,7 +417,12 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
         std::min(seq->request.prompt.size(), seq->prompt_fed + static_cast<size_t>(chunk_tokens));
     std::vector<int64_t> chunk(seq->request.prompt.begin() + seq->prompt_fed,
                                seq->request.prompt.begin() + end);
+    const absl::Time start = absl::Now();
     absl::StatusOr<torch::Tensor> logits = decoder_->Extend(seq->id, chunk);
+    const double seconds = Seconds(absl::Now() - start);
+    seq->prefill_seconds += seconds;
+    step_stats.prefill_seconds += seconds;
+    ++step_stats.prefills;
     seq->prompt_fed = end;
     if (!logits.ok()) {
       end_sequence(*seq, FinishReason::kError, logits.status());
@@ -420,7 +455,12 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
                                           static_cast<size_t>(options_.prefill_chunk_tokens));
     prefill.prompt.assign(seq->request.prompt.begin(), seq->request.prompt.begin() + chunk);
     prefill.source = seq->request.source;
+    const absl::Time start = absl::Now();
     absl::StatusOr<torch::Tensor> logits = decoder_->Prefill(seq->id, prefill);
+    const double seconds = Seconds(absl::Now() - start);
+    seq->prefill_seconds += seconds;
+    step_stats.prefill_seconds += seconds;
+    ++step_stats.prefills;
     seq->prompt_fed = chunk;
     running_.push_back(std::move(seq));
     Sequence& s = *running_.back();
@@ -450,6 +490,8 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
     stepped.push_back(seq.get());
   }
   if (!ids.empty()) {
+    const absl::Time step_start = absl::Now();
+    step_stats.batch_size = static_cast<int64_t>(ids.size());
     absl::StatusOr<torch::Tensor> logits = decoder_->Step(ids, tokens);
     steps_.fetch_add(1);
     if (!logits.ok()) {
@@ -466,6 +508,7 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
         emit(seq, row, seq.sampler->Sample(row, seq.context));
       }
     }
+    step_stats.decode_seconds = Seconds(absl::Now() - step_start);
   }
 
   // 5. Free the slots of finished sequences. Their ids leave live_ and the
@@ -487,13 +530,21 @@ void Engine::RunIteration(std::unique_lock<std::mutex>& lock) {
   active_ = static_cast<int64_t>(running_.size());
   lock.unlock();
   for (auto& seq : finished) {
-    seq->stream->Finish(summarize(seq->request, seq->accepted, seq->first_token, seq->admitted,
-                                  seq->finish, seq->status, seq->generated));
+    StreamSummary summary = summarize(seq->request, seq->accepted, seq->first_token, seq->admitted,
+                                      seq->finish, seq->status, seq->generated);
+    if (options_.observer != nullptr) {
+      options_.observer->OnFinished(summary, seq->has_slot ? seq->prefill_seconds : -1.0);
+    }
+    seq->stream->Finish(std::move(summary));
+  }
+  if (options_.observer != nullptr && (step_stats.prefills > 0 || step_stats.batch_size > 0)) {
+    options_.observer->OnStep(step_stats);
   }
 
   if (options_.step_delay > absl::ZeroDuration() && !stepped.empty()) {
     absl::SleepFor(options_.step_delay);
   }
+  last_step_nanos_ = absl::ToUnixNanos(absl::Now());
   lock.lock();
 }
 

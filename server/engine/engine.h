@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/engine/engine_observer.h"
 #include "server/engine/generation_request.h"
 #include "server/engine/request_stream.h"
 
@@ -51,6 +52,10 @@ struct EngineOptions {
   // otherwise stall the running streams as much as one long one.
   int64_t max_prefills_per_step = 4;
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
+  // Test hook: after this many decode steps the engine blocks until Stop()
+  // (a stuck engine, for the liveness check). 0 = never.
+  int64_t stall_after_steps = 0;
+  EngineObserver* observer = nullptr;  // not owned; may be null
 };
 
 struct EngineStats {
@@ -83,6 +88,12 @@ class Engine {
   EngineStats Stats() const;
   const decoding::DecoderInfo& info() const;
   const std::string& model_name() const { return model_name_; }
+  // When the engine last finished an iteration that did model work (or was
+  // created); the liveness heartbeat.
+  absl::Time last_step_time() const { return absl::FromUnixNanos(last_step_nanos_.load()); }
+  // False when work is waiting or running but no iteration has completed
+  // for `stall`: the engine is stuck.
+  bool Healthy(absl::Duration stall) const;
   // Expected wait for a slot, for the RESOURCE_EXHAUSTED retry hint.
   absl::Duration RetryHint() const;
 
@@ -119,6 +130,7 @@ class Engine {
   std::atomic<int64_t> generated_tokens_{0};
   std::atomic<double> mean_request_seconds_{1.0};
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> last_step_nanos_{0};
   bool stop_ = false;
   std::thread thread_;
 };

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/model_folder.h"
+#include "server/logging/server_log.h"
 #include "server/repository/embedder.h"
 
 namespace performer::server {
@@ -71,13 +71,19 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
     absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
         decoding::PerformerDecoder::Create(*model, slots);
     if (!decoder.ok()) return decoder.status();
+    const absl::Time warmup_start = absl::Now();
     if (absl::Status s = WarmUp(**decoder); !s.ok()) {
       return absl::InternalError(absl::StrCat(hosted->name, ": warm-up failed: ", s.ToString()));
     }
+    LogEngineEvent("warmup", hosted->name,
+                   {{"seconds", absl::ToDoubleSeconds(absl::Now() - warmup_start)}});
     hosted->vocab_size = (*decoder)->info().vocab_size;
     hosted->max_sequence_length = (*decoder)->info().max_seq_len;
+    EngineOptions engine_options = options.engine;
+    if (options.observer_for_model)
+      engine_options.observer = options.observer_for_model(hosted->name);
     hosted->engine = std::make_unique<Engine>(hosted->name, std::move(*decoder),
-                                              hosted->tokenizer.get(), options.engine);
+                                              hosted->tokenizer.get(), engine_options);
   }
   hosted->load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return hosted;
@@ -124,18 +130,20 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
                           absl::StrCat("model ", folder.string(), ": ", model.status().message()));
     }
     if (*model == nullptr) {
-      std::cerr << "performer-serve: skipping " << folder.string()
-                << ": a bare FastAttention layer is not a servable model\n";
+      LogEvent(spdlog::level::warn, "skipping a bare FastAttention layer: not a servable model",
+               {{"folder", folder.string()}});
       continue;
     }
-    std::cerr << "performer-serve: loaded " << (*model)->name << " ("
-              << ModelKindName((*model)->kind) << ", vocab " << (*model)->vocab_size
-              << ", max length " << (*model)->max_sequence_length;
+    LogFields fields = {{"kind", ModelKindName((*model)->kind)},
+                        {"vocab", (*model)->vocab_size},
+                        {"max_length", (*model)->max_sequence_length}};
     if ((*model)->engine) {
-      std::cerr << ", " << (*model)->engine->info().state_bytes_per_sequence
-                << " state bytes/sequence, " << (*model)->engine->info().capacity << " slots";
+      fields.push_back(
+          {"state_bytes_per_sequence", (*model)->engine->info().state_bytes_per_sequence});
+      fields.push_back({"slots", (*model)->engine->info().capacity});
     }
-    std::cerr << ") in " << (*model)->load_seconds << " s\n";
+    fields.push_back({"load_seconds", (*model)->load_seconds});
+    LogEngineEvent("load", (*model)->name, fields);
     repository->models_.push_back(std::move(*model));
   }
   if (repository->models_.empty()) {
@@ -171,7 +179,10 @@ HostedModel* ModelRepository::Find(const std::string& name) {
 
 void ModelRepository::BeginDrain() {
   for (auto& m : models_) {
-    if (m->engine) m->engine->BeginDrain();
+    if (m->engine == nullptr) continue;
+    const EngineStats stats = m->engine->Stats();
+    LogEngineEvent("drain", m->name, {{"active", stats.active}, {"queued", stats.queued}});
+    m->engine->BeginDrain();
   }
 }
 
@@ -187,7 +198,9 @@ bool ModelRepository::WaitIdle(absl::Duration timeout) {
 
 void ModelRepository::Stop() {
   for (auto& m : models_) {
-    if (m->engine) m->engine->Stop();
+    if (m->engine == nullptr) continue;
+    m->engine->Stop();
+    LogEngineEvent("stopped", m->name);
   }
 }
 

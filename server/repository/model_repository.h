@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,9 @@ struct RepositoryOptions {
   int64_t state_memory_bytes = int64_t{1} << 30;
   int64_t max_batch = 64;
   EngineOptions engine;
+  // The observer each model's engine reports to (e.g. its metrics); null or
+  // returning null = none.
+  std::function<EngineObserver*(const std::string& model)> observer_for_model;
 };
 
 struct HostedModel {

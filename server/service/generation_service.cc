@@ -5,7 +5,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -183,14 +185,70 @@ void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
   response->mutable_timings()->set_total_seconds(summary.total_seconds);
 }
 
-// The reason a cancelled RPC gives the engine.
+// The reason a cancelled RPC gives the engine. The client's own timer
+// fires a little before the server's copy of the same deadline (it was sent
+// as a relative timeout and started on arrival), so a cancel that comes
+// within kDeadlineSlack of the deadline is the deadline.
+constexpr std::chrono::milliseconds kDeadlineSlack{100};
+
 FinishReason CancelReason(const grpc::CallbackServerContext* context) {
   const auto deadline = context->deadline();
   return deadline != std::chrono::system_clock::time_point::max() &&
-                 deadline <= std::chrono::system_clock::now()
+                 deadline <= std::chrono::system_clock::now() + kDeadlineSlack
              ? FinishReason::kDeadline
              : FinishReason::kCancelled;
 }
+
+// What the client of a cancelled RPC sees, whatever the server sends.
+grpc::Status CancelledStatus(const grpc::CallbackServerContext* context) {
+  return CancelReason(context) == FinishReason::kDeadline
+             ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed")
+             : grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// One RPC's record for the observers (metrics, request log): started on
+// construction, reported exactly once by End().
+class RpcScope {
+ public:
+  RpcScope(const std::vector<RpcObserver*>& observers, std::string_view method,
+           const grpc::CallbackServerContext* context)
+      : observers_(observers), context_(context), start_(absl::Now()) {
+    record_.method = method;
+    record_.peer = context->peer();
+    for (RpcObserver* o : observers_) o->OnRpcStart(method);
+  }
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
+  ~RpcScope() { End(sent_); }
+
+  RpcRecord& record() { return record_; }
+  // Notes the status the RPC is finished with and returns it.
+  const grpc::Status& Sent(const grpc::Status& status) {
+    sent_ = status;
+    return sent_;
+  }
+  void End(const grpc::Status& status) {
+    if (ended_) return;
+    ended_ = true;
+    // A cancelled call's client saw CANCELLED or DEADLINE_EXCEEDED, not
+    // what the server may still have sent.
+    record_.status = FromGrpc(context_->IsCancelled() ? CancelledStatus(context_) : status);
+    record_.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    for (RpcObserver* o : observers_) o->OnRpcEnd(record_);
+  }
+
+ private:
+  const std::vector<RpcObserver*>& observers_;
+  const grpc::CallbackServerContext* context_;
+  const absl::Time start_;
+  RpcRecord record_;
+  grpc::Status sent_;
+  bool ended_ = false;
+};
 
 // A finished request that ended with cancel or deadline still sends its
 // last message (finish_reason) before the status; other errors drop it.
@@ -206,11 +264,14 @@ bool SendsFinalMessage(const StreamSummary& summary) {
 // deleted reactor.
 class EngineLink {
  public:
-  explicit EngineLink(grpc::CallbackServerContext* context)
-      : context_(context), guard_(std::make_shared<Guard>()) {}
+  EngineLink(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers,
+             std::string_view method)
+      : context_(context), guard_(std::make_shared<Guard>()), scope_(observers, method, context) {}
 
   std::recursive_mutex& mu() { return guard_->mu; }
   RequestStream& stream() { return *stream_; }
+  RpcScope& scope() { return scope_; }
+  const grpc::CallbackServerContext* context() const { return context_; }
 
   // `on_data` runs under mu(), only while the reactor lives.
   void Attach(std::shared_ptr<RequestStream> stream, std::function<void()> on_data) {
@@ -240,17 +301,22 @@ class EngineLink {
   grpc::CallbackServerContext* context_;
   std::shared_ptr<Guard> guard_;
   std::shared_ptr<RequestStream> stream_;
+  // Ends (reports) when the reactor is deleted, after OnDone.
+  RpcScope scope_;
 };
 
 // Streams one request's tokens as the engine produces them.
 class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  explicit StreamWriter(grpc::CallbackServerContext* context) : link_(context) {}
+  StreamWriter(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers)
+      : link_(context, observers, "GenerateStream") {}
+
+  RpcRecord& record() { return link_.scope().record(); }
 
   void FinishNow(const grpc::Status& status) {
     std::lock_guard<std::recursive_mutex> lock(link_.mu());
     done_ = true;
-    Finish(status);
+    Finish(link_.scope().Sent(status));
   }
 
   // `request_id` is echoed in every message.
@@ -267,12 +333,12 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       // The client is gone: stop generating for it.
       link_.CancelFromRpc();
       done_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      Finish(link_.scope().Sent(CancelledStatus(link_.context())));
       return;
     }
     if (final_status_.has_value()) {
       done_ = true;
-      Finish(*final_status_);
+      Finish(link_.scope().Sent(*final_status_));
       return;
     }
     Pump();
@@ -294,9 +360,10 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     if (writing_ || done_ || final_status_.has_value()) return;
     RequestStream::Taken taken = link_.stream().Take();
     if (taken.chunk.empty() && !taken.summary.has_value()) return;
+    if (taken.summary.has_value()) record().summary = *taken.summary;
     if (taken.summary.has_value() && !SendsFinalMessage(*taken.summary)) {
       done_ = true;
-      Finish(ToGrpc(taken.summary->status));
+      Finish(link_.scope().Sent(ToGrpc(taken.summary->status)));
       return;
     }
     response_.Clear();
@@ -320,13 +387,16 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 // Unary Generate: collects the whole generation, then answers once.
 class UnaryGenerator : public grpc::ServerUnaryReactor {
  public:
-  UnaryGenerator(grpc::CallbackServerContext* context, v1::GenerateResponse* response)
-      : link_(context), response_(response) {}
+  UnaryGenerator(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers,
+                 v1::GenerateResponse* response)
+      : link_(context, observers, "Generate"), response_(response) {}
+
+  RpcRecord& record() { return link_.scope().record(); }
 
   void FinishNow(const grpc::Status& status) {
     std::lock_guard<std::recursive_mutex> lock(link_.mu());
     done_ = true;
-    Finish(status);
+    Finish(link_.scope().Sent(status));
   }
 
   void Attach(std::string request_id, std::shared_ptr<RequestStream> stream) {
@@ -351,8 +421,9 @@ class UnaryGenerator : public grpc::ServerUnaryReactor {
     FillChunk(request_id_, taken.chunk, response_);
     if (!taken.summary.has_value()) return;
     FillSummary(*taken.summary, response_);
+    record().summary = *taken.summary;
     done_ = true;
-    Finish(ToGrpc(taken.summary->status));
+    Finish(link_.scope().Sent(ToGrpc(taken.summary->status)));
   }
 
   EngineLink link_;
@@ -379,9 +450,12 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
   }
 }
 
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status) {
+// Finishes a unary RPC answered inline; `scope` reports it when it goes out
+// of scope.
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, RpcScope& scope,
+                                 const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
+  reactor->Finish(scope.Sent(status));
   return reactor;
 }
 
@@ -397,15 +471,19 @@ template <typename Reactor>
 static grpc::Status Start(ModelRepository& repository, const ServiceOptions& options, bool draining,
                           grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
                           int64_t buffer_tokens, Reactor* reactor) {
+  RpcRecord& record = reactor->record();
+  record.request_id = wire.request_id();
   if (draining) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is shutting down and accepts no new requests");
   }
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
+  record.model = (*model)->name;
   absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, options, *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = buffer_tokens;
+  record.request_id = request->request_id;
   auto stream = std::make_shared<RequestStream>(buffer_tokens);
   // The listener is attached before the engine can produce anything.
   reactor->Attach(request->request_id, stream);
@@ -421,7 +499,7 @@ static grpc::Status Start(ModelRepository& repository, const ServiceOptions& opt
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto* writer = new StreamWriter(context);
+  auto* writer = new StreamWriter(context, options_.observers);
   grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
                               options_.stream_buffer_tokens, writer);
   if (!status.ok()) writer->FinishNow(status);
@@ -431,7 +509,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStrea
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const v1::GenerateRequest* request,
                                                       v1::GenerateResponse* response) {
-  auto* generator = new UnaryGenerator(context, response);
+  auto* generator = new UnaryGenerator(context, options_.observers, response);
   grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
                               /*buffer_tokens=*/0, generator);
   if (!status.ok()) generator->FinishNow(status);
@@ -441,54 +519,65 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext* context,
                                                     const v1::CancelRequest* request,
                                                     v1::CancelResponse* response) {
+  RpcScope scope(options_.observers, "Cancel", context);
+  scope.record().request_id = request->request_id();
   if (request->request_id().empty()) {
-    return Answer(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                        "request_id: empty; name the request to cancel"));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "request_id: empty; name the request to cancel"));
   }
   bool cancelled = false;
   for (const auto& model : repository_.models()) {
     if (model->engine && model->engine->Cancel(request->request_id())) cancelled = true;
   }
   response->set_cancelled(cancelled);
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,
                                                         const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
+  RpcScope scope(options_.observers, "ListModels", context);
   for (const auto& model : repository_.models()) FillModelInfo(*model, response->add_models());
   response->set_default_model(repository_.default_model());
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContext* context,
                                                       const v1::GetModelRequest* request,
                                                       v1::ModelInfo* response) {
+  RpcScope scope(options_.observers, "GetModel", context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return Answer(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                        absl::StrCat("name: no model named \"", request->name(),
-                                                     "\" is hosted here (see ListModels)")));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::NOT_FOUND,
+                               absl::StrCat("name: no model named \"", request->name(),
+                                            "\" is hosted here (see ListModels)")));
   }
+  scope.record().model = model->name;
   FillModelInfo(*model, response);
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* context,
                                                    const v1::EmbedRequest* request,
                                                    v1::EmbedResponse* response) {
+  RpcScope scope(options_.observers, "Embed", context);
   if (draining_.load()) {
-    return Answer(context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                        "the server is shutting down and accepts no new requests"));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "the server is shutting down and accepts no new requests"));
   }
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
-    return Answer(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                        absl::StrCat("model: no model named \"", request->model(),
-                                                     "\" is hosted here (see ListModels)")));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::NOT_FOUND,
+                               absl::StrCat("model: no model named \"", request->model(),
+                                            "\" is hosted here (see ListModels)")));
   }
+  scope.record().model = model->name;
   if (model->embedder == nullptr) {
-    return Answer(context,
+    return Answer(context, scope,
                   grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                absl::StrCat("model ", model->name,
                                             " is a causal decoder: Embed needs a bidirectional "
@@ -497,20 +586,21 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
   const v1::Pooling pooling = request->pooling();
   if (pooling != v1::POOLING_UNSPECIFIED && pooling != v1::POOLING_MEAN &&
       pooling != v1::POOLING_NONE) {
-    return Answer(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                        absl::StrCat("pooling: unknown value ", pooling)));
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               absl::StrCat("pooling: unknown value ", pooling)));
   }
   absl::StatusOr<std::vector<int64_t>> tokens =
       Tokens(*model, request->input_case() == v1::EmbedRequest::kText, request->text(),
              request->tokens().ids(), "text");
-  if (!tokens.ok()) return Answer(context, ToGrpc(tokens.status()));
+  if (!tokens.ok()) return Answer(context, scope, ToGrpc(tokens.status()));
   absl::StatusOr<Embedding> embedding =
       model->embedder->Embed(*tokens, pooling != v1::POOLING_NONE);
-  if (!embedding.ok()) return Answer(context, ToGrpc(embedding.status()));
+  if (!embedding.ok()) return Answer(context, scope, ToGrpc(embedding.status()));
   response->set_dim(static_cast<int32_t>(embedding->dim));
   response->set_tokens(static_cast<int32_t>(embedding->tokens));
   response->mutable_values()->Add(embedding->values.begin(), embedding->values.end());
-  return Answer(context, grpc::Status::OK);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 }  // namespace performer::server

@@ -6,15 +6,18 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "performer/v1/generation.grpc.pb.h"
 #include "server/repository/model_repository.h"
+#include "server/service/rpc_observer.h"
 
 namespace performer::server {
 
 struct ServiceOptions {
   int64_t max_new_tokens_limit = 4096;  // cap on a request's max_new_tokens
   int64_t stream_buffer_tokens = 1024;  // slow-reader bound per stream
+  std::vector<RpcObserver*> observers;  // not owned: metrics, request log
 };
 
 class GenerationService final : public performer::v1::Generation::CallbackService {

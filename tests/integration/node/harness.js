@@ -144,7 +144,7 @@ class Server {
 
   args() {
     return [`--model_repository=${this.repositoryDir}`, '--host=127.0.0.1', '--port=0',
-      `--port_file=${this.portFile}`, ...this.flags];
+      `--port_file=${this.portFile}`, '--metrics_port=-1', ...this.flags];
   }
 
   async start(timeoutMs = STARTUP_TIMEOUT_MS) {

@@ -234,7 +234,10 @@ class Server:
                 "--model_repository=%s" % self.repository_dir,
                 "--host=127.0.0.1",
                 "--port=0",
-                "--port_file=%s" % self.port_file] + self.flags
+                "--port_file=%s" % self.port_file,
+                # No fixed metrics port: servers run side by side
+                # (MetricsServer turns it back on).
+                "--metrics_port=-1"] + self.flags
 
     def start(self, timeout=STARTUP_TIMEOUT_S):
         binary = server_binary()
@@ -557,3 +560,144 @@ def run_in_threads(fn, args_list):
     for t in threads:
         t.join(timeout=300)
     return results
+
+
+# ---------------------------------------------------------------------------
+# Prometheus metrics (test_metrics): a server that also exposes /metrics, a
+# parser of the Prometheus text exposition format, small HTTP helpers.
+# ---------------------------------------------------------------------------
+
+def read_port_file(path):
+    """The port in `path`, or None while it is absent, empty or not a number."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        return None
+    return int(text)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=10):
+    """(HTTP status, body as text); (None, error text) when no answer came."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as e:
+        return None, str(e)
+
+
+def _parse_labels(text, i):
+    """Parses `{a="x",b="y"}` starting at text[i] == '{'; returns (dict, index
+    after '}')."""
+    labels = {}
+    i += 1
+    while True:
+        while text[i] in " ,":
+            i += 1
+        if text[i] == "}":
+            return labels, i + 1
+        eq = text.index("=", i)
+        name = text[i:eq].strip()
+        i = eq + 1
+        while text[i] == " ":
+            i += 1
+        if text[i] != '"':
+            raise ValueError("label %s: value not quoted" % name)
+        i += 1
+        value = []
+        while text[i] != '"':
+            if text[i] == "\\":
+                nxt = text[i + 1]
+                value.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, "\\" + nxt))
+                i += 2
+            else:
+                value.append(text[i])
+                i += 1
+        labels[name] = "".join(value)
+        i += 1
+
+
+def parse_metrics(text):
+    """Prometheus text format -> [(name, {label: value}, float value)]
+    (comments and TYPE/HELP lines skipped)."""
+    samples = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        brace = line.find("{")
+        space = line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace]
+            labels, end = _parse_labels(line, brace)
+            rest = line[end:].split()
+        else:
+            name = line[:space]
+            labels = {}
+            rest = line[space:].split()
+        samples.append((name, labels, float(rest[0])))
+    return samples
+
+
+def metric_values(samples, name, **labels):
+    """The values of the samples called `name` whose labels include `labels`."""
+    return [v for n, l, v in samples
+            if n == name and all(l.get(k, "") == str(want) for k, want in labels.items())]
+
+
+class MetricsServer(Server):
+    """A Server that also serves Prometheus metrics: --metrics_port=0
+    --metrics_port_file=...; start() waits for that file too."""
+
+    def __init__(self, repository_dir, flags=(), name="server"):
+        super().__init__(repository_dir, flags, name)
+        self.metrics_port_file = os.path.join(self.workdir, "metrics_port")
+        self.metrics_port = None
+
+    def command(self):
+        return super().command() + ["--metrics_port=0",
+                                    "--metrics_port_file=%s" % self.metrics_port_file]
+
+    def start(self, timeout=STARTUP_TIMEOUT_S):
+        super().start(timeout)
+        deadline = time.monotonic() + timeout
+        previous = None
+        while True:
+            port = read_port_file(self.metrics_port_file)
+            if port is not None and port == previous:
+                break
+            previous = port
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise ServerError("performer-serve did not write %s:\n%s"
+                                  % (self.metrics_port_file, self.log_tail(80)))
+            time.sleep(0.05)
+        self.metrics_port = port
+        return self
+
+    @property
+    def metrics_address(self):
+        return "127.0.0.1:%d" % self.metrics_port
+
+    def metrics_text(self, timeout=10):
+        status, body = http_get("http://%s/metrics" % self.metrics_address, timeout)
+        if status != 200:
+            raise ServerError("GET /metrics from %s: %s %s" % (self.name, status, body[:500]))
+        return body
+
+    def metrics(self):
+        return parse_metrics(self.metrics_text())

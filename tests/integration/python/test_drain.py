@@ -70,7 +70,7 @@ class DrainTest(unittest.TestCase):
         sigterm_at = time.monotonic()
         server.signal(signal.SIGTERM)
 
-        # Health turns NOT_SERVING at once, for every name.
+        # Health turns NOT_SERVING at once, for every readiness name.
         status = None
         while time.monotonic() - sigterm_at < 2.0:
             status = self.health()
@@ -80,6 +80,9 @@ class DrainTest(unittest.TestCase):
         self.assertEqual(status, NOT_SERVING, "health did not turn NOT_SERVING within 2 s")
         self.assertEqual(self.health(SERVICE), NOT_SERVING)
         self.assertEqual(self.health("%s/%s" % (SERVICE, MODEL)), NOT_SERVING)
+        # Liveness is not readiness: a draining server is alive (a probe
+        # must not restart it mid-drain).
+        self.assertEqual(self.health("liveness"), SERVING)
 
         # New requests are refused while the old ones still run.
         response, code, details, _ = harness.unary(

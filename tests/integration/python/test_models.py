@@ -105,7 +105,7 @@ class ModelsTest(harness.ServerTestCase):
     # -- models ---------------------------------------------------------------
     def test_listening_line(self):
         self.assertRegex(self.server.log(),
-                         r"performer-serve: listening on 127\.0\.0\.1:%d\b" % self.server.port)
+                         r"\[info\] listening address=127\.0\.0\.1:%d\b" % self.server.port)
 
     def test_list_models(self):
         response = self.stub.ListModels(pb.ListModelsRequest(), timeout=10)

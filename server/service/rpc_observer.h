@@ -1,0 +1,32 @@
+// What the Generation service reports about each RPC, for metrics and the
+// request log, without knowing either.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "server/engine/request_stream.h"
+
+namespace performer::server {
+
+struct RpcRecord {
+  std::string_view method;  // "GenerateStream", "Generate", "Embed", "Cancel", ...
+  std::string model;        // the resolved model; "" when none applies or it is unknown
+  absl::Status status;      // what the client was sent
+  double seconds = 0;       // from the call's start to its end
+  std::string request_id;   // generation calls
+  std::string peer;
+  std::optional<StreamSummary> summary;  // generations that reached an engine
+};
+
+class RpcObserver {
+ public:
+  virtual ~RpcObserver() = default;
+  virtual void OnRpcStart(std::string_view method) = 0;
+  // Exactly once per started RPC, when it is done.
+  virtual void OnRpcEnd(const RpcRecord& record) = 0;
+};
+
+}  // namespace performer::server
