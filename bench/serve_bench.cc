@@ -20,6 +20,7 @@
 // Usage:
 //   serve_bench [--model_dir=DIR] [--server_binary=PATH] [--concurrency=1,8,32,64]
 //               [--requests_per_stream=2] [--max_new_tokens=128] [--prompt_tokens=16]
+//               [--server_flags=--metrics_port=-1,--log_level=off]
 //   serve_bench --make_bench_model=DIR   writes the bench model folder and exits
 // Without --model_dir the bench model (decode_bench's shape: vocab 256, dim
 // 512, depth 6, heads 8, dim_head 64, nb_features 256, causal; random
@@ -101,6 +102,9 @@ ABSL_FLAG(int32_t, threads, 0,
 ABSL_FLAG(bool, shared_channel, false,
           "All streams on one gRPC channel (one HTTP/2 connection) instead of one each.");
 ABSL_FLAG(bool, engine, true, "Also measure the engine in-process.");
+ABSL_FLAG(std::vector<std::string>, server_flags, {},
+          "Extra flags for the started server, comma-separated (e.g. "
+          "--metrics_port=-1,--log_level=off to measure without metrics and request logs).");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Minutes(2), "Deadline of each request.");
 ABSL_FLAG(absl::Duration, server_start_timeout, absl::Minutes(3),
           "How long the server may take to load and warm up.");
@@ -706,7 +710,7 @@ int Run() {
     std::string address = absl::GetFlag(FLAGS_server);
     if (address.empty()) {
       const std::string port_file = (scratch / "port").string();
-      const std::vector<std::string> args = {
+      std::vector<std::string> args = {
           absl::StrCat("--model_repository=", repository.string()),
           "--host=127.0.0.1",
           "--port=0",
@@ -714,7 +718,11 @@ int Run() {
           absl::StrCat("--max_batch=", max_concurrency),
           absl::StrCat("--intra_op_threads=", threads),
           absl::StrCat("--max_new_tokens_limit=", std::max<int64_t>(4096, workload.max_new_tokens)),
+          // Metrics and the request log stay on (what users run), on a free
+          // port; --server_flags may turn them off.
+          "--metrics_port=0",
       };
+      for (const std::string& flag : absl::GetFlag(FLAGS_server_flags)) args.push_back(flag);
       std::fprintf(stderr, "serve_bench: starting %s %s\n", binary.c_str(),
                    absl::StrJoin(args, " ").c_str());
       if (absl::Status s = process.Start(binary, args, port_file, (scratch / "server.log").string(),
