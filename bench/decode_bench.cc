@@ -25,6 +25,7 @@
 #include <numeric>
 #include <vector>
 
+#include "bench/bench_model.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/performer_lm.h"
 #include "core/runtime/torch_runtime.h"
@@ -32,35 +33,14 @@
 namespace performer {
 namespace {
 
+using bench::BenchConfig;
+using bench::BenchModel;
+using bench::Median;
+using bench::RandomTokens;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-models::PerformerLMConfig BenchConfig() {
-  models::PerformerLMConfig c;
-  c.num_tokens = 256;
-  c.max_seq_len = 16384 + 256;
-  c.dim = 512;
-  c.depth = 6;
-  c.heads = 8;
-  c.dim_head = 64;
-  c.nb_features = 256;
-  c.causal = true;
-  return c;
-}
-
-models::LoadedModel BenchModel() {
-  models::LoadedModel m;
-  m.model_class = "PerformerLM";
-  m.lm = models::PerformerLM(BenchConfig());
-  torch::NoGradGuard no_grad;
-  torch::manual_seed(0);
-  for (auto& p : m.lm->named_parameters()) p.value().normal_(0.0, 0.02);
-  for (auto& b : m.lm->named_buffers()) b.value().normal_(0.0, 1.0);
-  m.lm->eval();
-  return m;
 }
 
 // Matmul FLOPs (2 per multiply-add) of one decoded token.
@@ -86,16 +66,6 @@ double MeasureSgemmFlops() {
     best = std::max(best, 4 * 2.0 * n * n * n / Seconds(start));
   }
   return best;
-}
-
-std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab) {
-  torch::Tensor t = torch::randint(vocab, {n}, torch::kLong);
-  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // --profile B: only 300 steps at batch B (for perf record).

@@ -1,0 +1,46 @@
+#include "bench/bench_model.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "core/models/performer_lm.h"
+
+namespace performer::bench {
+
+models::PerformerLMConfig BenchConfig(int64_t max_seq_len) {
+  models::PerformerLMConfig c;
+  c.num_tokens = 256;
+  c.max_seq_len = max_seq_len;
+  c.dim = 512;
+  c.depth = 6;
+  c.heads = 8;
+  c.dim_head = 64;
+  c.nb_features = 256;
+  c.causal = true;
+  return c;
+}
+
+models::LoadedModel BenchModel(const models::PerformerLMConfig& config) {
+  models::LoadedModel m;
+  m.model_class = "PerformerLM";
+  m.lm = models::PerformerLM(config);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  for (auto& p : m.lm->named_parameters()) p.value().normal_(0.0, 0.02);
+  for (auto& b : m.lm->named_buffers()) b.value().normal_(0.0, 1.0);
+  m.lm->eval();
+  return m;
+}
+
+std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab) {
+  torch::Tensor t = torch::randint(vocab, {n}, torch::kLong);
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace performer::bench
