@@ -45,15 +45,15 @@ torch::Tensor SoftmaxKernelQuery(const torch::Tensor& x, const torch::Tensor& pr
   const double ratio = std::pow(static_cast<double>(projection.size(0)), -0.5);
   torch::Tensor u = ProjectFeatures(x, projection);
   torch::Tensor diag = SoftmaxKernelDiag(x);
-  return ratio *
-         (torch::exp(u - diag - std::get<0>(u.max(-1, /*keepdim=*/true))) + kSoftmaxKernelEps);
+  // The stabilisers are constants for autograd, as in the reference (.detach()).
+  return ratio * (torch::exp(u - diag - u.amax(-1, /*keepdim=*/true).detach()) + kSoftmaxKernelEps);
 }
 
 torch::Tensor SoftmaxKernelKey(const torch::Tensor& x, const torch::Tensor& projection) {
   const double ratio = std::pow(static_cast<double>(projection.size(0)), -0.5);
   torch::Tensor u = ProjectFeatures(x, projection);
   torch::Tensor diag = SoftmaxKernelDiag(x);
-  torch::Tensor stabiliser = u.amax({-1, -2}, /*keepdim=*/true);
+  torch::Tensor stabiliser = u.amax({-1, -2}, /*keepdim=*/true).detach();
   return ratio * (torch::exp(u - diag - stabiliser) + kSoftmaxKernelEps);
 }
 

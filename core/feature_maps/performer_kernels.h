@@ -8,6 +8,7 @@
 //   key:   phi = r (exp(u - diag - max_{n,f} u) + 1e-4)      (max over the whole
 //          sequence of each leading index: the "key stabiliser", §9.1)
 // Generalized kernel: phi = kernel_fn((c x) P^T) + 1e-3.
+// Both maxima are detached (constants for autograd), as in the reference.
 //
 // The key stabiliser makes the key features of a whole sequence depend on
 // its largest projection; incremental decoding therefore keeps its sums in

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/feature_maps/performer_kernels.h"
+#include "core/models/initialization.h"
 #include "kernels/causal_product.h"
 #include "kernels/linear_state_step.h"
 
@@ -86,6 +87,13 @@ void FastAttentionImpl::PrepareForDecoding() {
   torch::NoGradGuard no_grad;
   const double c = std::pow(static_cast<double>(config_.dim_heads), -0.25);
   scaled_projection_t_ = (projection_matrix_ * c).t().contiguous();
+}
+
+void FastAttentionImpl::RedrawProjectionMatrix() {
+  torch::NoGradGuard no_grad;
+  projection_matrix_.copy_(
+      GaussianOrthogonalRandomMatrix(nb_features_, config_.dim_heads, config_.ortho_scaling));
+  scaled_projection_t_ = torch::Tensor();
 }
 
 torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tensor& v,

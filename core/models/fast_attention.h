@@ -1,7 +1,8 @@
 // performer-pytorch's FastAttention (reference §1.4, §5.4-5.6): FAVOR+ (or
 // generalized-kernel, or no-projection) linear attention over q, k, v
-// [b, h, n, d], with the projection matrix P [m, d] as a loaded buffer
-// ("projection_matrix"; never re-sampled, never redrawn).
+// [b, h, n, d], with the projection matrix P [m, d] as a buffer
+// ("projection_matrix"): loaded from the weights, and redrawn only when
+// RedrawProjectionMatrix() is called (training, reference §7).
 //
 //   non-causal: out_i = q'_i (sum_j k'_j v_j^T) / (q'_i . sum_j k'_j)
 //   causal:     out_i = sum_{j<=i} (q'_i . k'_j) v_j / (q'_i . (sum_{j<=i} k'_j + 1e-6))
@@ -46,6 +47,12 @@ class FastAttentionImpl : public torch::nn::Module {
 
   // Precomputes the projection scaled by the data normaliser for Step.
   void PrepareForDecoding();
+
+  // Replaces P in place by a fresh Gaussian orthogonal random matrix drawn
+  // from the default generator, like the reference's
+  // redraw_projection_matrix (ortho_scaling of the config). Drops what
+  // PrepareForDecoding cached.
+  void RedrawProjectionMatrix();
 
   // Non-causal constant summary of a context (cross attention): kv [b, h, m, d+1].
   torch::Tensor Summarize(const torch::Tensor& k, const torch::Tensor& v) const;

@@ -4,7 +4,8 @@
 
 namespace performer::models {
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult, bool glu) : glu_(glu) {
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult, bool glu, double dropout)
+    : glu_(glu), dropout_(dropout) {
   w1_ = register_module("w1", torch::nn::Linear(dim, dim * mult * (glu ? 2 : 1)));
   w2_ = register_module("w2", torch::nn::Linear(dim * mult, dim));
 }
@@ -15,7 +16,11 @@ torch::Tensor FeedForwardImpl::Activate(const torch::Tensor& h) const {
   return torch::gelu(halves[0]) * halves[1];
 }
 
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2_(Activate(w1_(x))); }
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = Activate(w1_(x));
+  if (dropout_ > 0.0 && is_training()) h = torch::dropout(h, dropout_, /*train=*/true);
+  return w2_(h);
+}
 
 torch::Tensor FeedForwardImpl::Step(const torch::Tensor& x) {
   return LinearRows(w2_, Activate(LinearRows(w1_, x)).contiguous());

@@ -1,7 +1,8 @@
-// performer-pytorch's FeedForward (reference §4.6): w2(GELU(w1 x)), or with
-// GLU w2(GELU(a) * b) where [a, b] = w1 x split in halves. GELU is the exact
-// erf form; dropout is inactive at inference; ff_chunks only splits the
-// sequence and has no numeric effect, so it is not modelled.
+// performer-pytorch's FeedForward (reference §4.6): w2(dropout(GELU(w1 x))),
+// or with GLU w2(dropout(GELU(a) * b)) where [a, b] = w1 x split in halves.
+// GELU is the exact erf form; dropout (ff_dropout) acts in training mode
+// only; ff_chunks only splits the sequence and has no numeric effect, so it
+// is not modelled.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -13,7 +14,7 @@ namespace performer::models {
 
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t mult, bool glu);
+  FeedForwardImpl(int64_t dim, int64_t mult, bool glu, double dropout = 0.0);
   // Position-wise: x [..., dim] -> [..., dim].
   torch::Tensor forward(const torch::Tensor& x);
   // The same for rows x [B, dim] (decode step; see linear_rows.h).
@@ -23,6 +24,7 @@ class FeedForwardImpl : public torch::nn::Module {
   torch::Tensor Activate(const torch::Tensor& h) const;
 
   bool glu_;
+  double dropout_;
   torch::nn::Linear w1_{nullptr}, w2_{nullptr};
 };
 TORCH_MODULE(FeedForward);

@@ -27,8 +27,9 @@ torch::Tensor LookAround(const torch::Tensor& x, int64_t backward, int64_t forwa
 
 }  // namespace
 
-LocalAttentionImpl::LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal)
-    : window_size_(window_size), causal_(causal) {
+LocalAttentionImpl::LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal,
+                                       double dropout)
+    : window_size_(window_size), causal_(causal), dropout_(dropout) {
   auto rel_pos = register_module("rel_pos", std::make_shared<torch::nn::Module>());
   inv_freq_ = 1.0 / torch::pow(10000.0, torch::arange(0, dim_head, 2).to(torch::kFloat) / dim_head);
   inv_freq_ = rel_pos->register_buffer("inv_freq", inv_freq_);
@@ -72,7 +73,9 @@ torch::Tensor LocalAttentionImpl::forward(const torch::Tensor& q, const torch::T
     m = m.repeat_interleave(heads, 0).unsqueeze(-2);  // [b*lh, W, 1, span]
     sim.masked_fill_(m.logical_not(), kMaskValue);
   }
-  torch::Tensor out = torch::matmul(sim.softmax(-1), bv).reshape({b * heads, padded_n, d});
+  torch::Tensor attn = sim.softmax(-1);
+  if (dropout_ > 0.0 && is_training()) attn = torch::dropout(attn, dropout_, /*train=*/true);
+  torch::Tensor out = torch::matmul(attn, bv).reshape({b * heads, padded_n, d});
   return out.narrow(1, 0, n).reshape({b, heads, n, d});
 }
 

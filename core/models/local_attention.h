@@ -6,7 +6,8 @@
 // property reproduced on purpose), missing neighbour windows filled with -1
 // and masked, masked scores set to -FLT_MAX before the softmax.
 //
-// The rotary frequencies are the loaded buffer "rel_pos.inv_freq".
+// The rotary frequencies are the loaded buffer "rel_pos.inv_freq". Dropout
+// on the attention weights acts in training mode only.
 // Step() is the causal incremental form: a ring of the raw keys/values of
 // the last 2w positions per row (entry = position mod 2w); a query at
 // position p sees positions max(0, (p/w - 1) w) .. p with the same slots.
@@ -20,7 +21,7 @@ namespace performer::models {
 
 class LocalAttentionImpl : public torch::nn::Module {
  public:
-  LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal);
+  LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal, double dropout = 0.0);
 
   // q, k, v [b, lh, n, d]; mask [b, n] bool (true = real) or undefined.
   torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -40,6 +41,7 @@ class LocalAttentionImpl : public torch::nn::Module {
  private:
   int64_t window_size_;
   bool causal_;
+  double dropout_;
   torch::Tensor inv_freq_;
 };
 TORCH_MODULE(LocalAttention);

@@ -106,4 +106,48 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   return model;
 }
 
+absl::StatusOr<LoadedModel> WriteModelFolder(const std::string& dir, const nlohmann::json& config,
+                                             const torch::nn::Module& model,
+                                             const ModelFolderWriteOptions& options) {
+  if (options.dtype != torch::kFloat && options.dtype != torch::kHalf &&
+      options.dtype != torch::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model folder weights are F32, F16 or BF16, not ", c10::toString(options.dtype)));
+  }
+  if (!config.is_object() || !config.contains("model_class")) {
+    return absl::InvalidArgumentError("the config of a model folder must name its \"model_class\"");
+  }
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", error.message()));
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& [name, tensor] : io::StateDict(model)) {
+    tensors[name] = tensor.to(torch::kCPU, options.dtype).contiguous();
+  }
+  std::map<std::string, std::string> metadata = options.metadata;
+  metadata["format"] = "pt";
+  if (absl::Status s =
+          io::SaveSafetensors((fs::path(dir) / "weights.safetensors").string(), tensors, metadata);
+      !s.ok()) {
+    return s;
+  }
+  auto write_json = [&](const char* file, const nlohmann::json& json) -> absl::Status {
+    const fs::path path = fs::path(dir) / file;
+    std::ofstream out(path);
+    out << json.dump(2) << "\n";
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat(path.string(), ": cannot write"));
+    return absl::OkStatus();
+  };
+  if (absl::Status s = write_json("config.json", config); !s.ok()) return s;
+  if (!options.tokenizer.is_null()) {
+    if (absl::Status s = write_json("tokenizer.json", options.tokenizer); !s.ok()) return s;
+  }
+  absl::StatusOr<LoadedModel> loaded = LoadModelFolder(dir);
+  if (!loaded.ok()) {
+    return Annotate(loaded.status(), absl::StrCat(dir, ": the written folder does not load"));
+  }
+  return loaded;
+}
+
 }  // namespace performer::models

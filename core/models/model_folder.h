@@ -9,6 +9,7 @@
 // mis-shaped keys are one InvalidArgument error that lists the names.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -30,6 +31,21 @@ struct LoadedModel {
 
 // Builds the model in eval mode with every parameter loaded.
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir);
+
+// Writes a model folder: config.json (`config`, which must name its
+// "model_class"), weights.safetensors (every parameter and buffer of `model`
+// by state-dict name, as `dtype`) and, when `tokenizer` is not null,
+// tokenizer.json. The folder is created and existing files are replaced.
+// The folder is then loaded back with LoadModelFolder, which is returned: a
+// folder written without error is one the server loads.
+struct ModelFolderWriteOptions {
+  torch::ScalarType dtype = torch::kFloat;      // kFloat, kHalf or kBFloat16
+  nlohmann::json tokenizer;                     // tokenizer.json contents, or null
+  std::map<std::string, std::string> metadata;  // safetensors __metadata__ ("format": "pt" added)
+};
+absl::StatusOr<LoadedModel> WriteModelFolder(const std::string& dir, const nlohmann::json& config,
+                                             const torch::nn::Module& model,
+                                             const ModelFolderWriteOptions& options = {});
 
 // Applies the alias / counter / axial-name rules above to a raw state dict.
 absl::StatusOr<std::map<std::string, torch::Tensor>> NormalizeCheckpointKeys(

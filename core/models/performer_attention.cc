@@ -20,8 +20,9 @@ PerformerAttentionImpl::PerformerAttentionImpl(const PerformerAttentionOptions& 
   // every head of the layer is local.
   fast_attention_ = register_module("fast_attention", FastAttention(fast));
   if (options.local_heads > 0) {
-    local_attn_ = register_module(
-        "local_attn", LocalAttention(options.dim_head, options.local_window_size, options.causal));
+    local_attn_ =
+        register_module("local_attn", LocalAttention(options.dim_head, options.local_window_size,
+                                                     options.causal, options.dropout));
   }
   const int64_t inner = options.heads * options.dim_head;
   to_q_ = register_module(
@@ -76,8 +77,9 @@ torch::Tensor PerformerAttentionImpl::forward(
     outs.push_back(local_attn_(lq, lk, lv, mask));
     if (capture != nullptr) local_attn_->InitRing(lk, lv, capture->local_k, capture->local_v);
   }
-  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
-  return to_out_(MergeHeads(out));
+  torch::Tensor out = to_out_(MergeHeads(outs.size() == 1 ? outs[0] : torch::cat(outs, 1)));
+  if (options_.dropout > 0.0 && is_training()) out = torch::dropout(out, options_.dropout, true);
+  return out;
 }
 
 void PerformerAttentionImpl::PrepareForDecoding() {

@@ -7,6 +7,9 @@
 // (keys still enter the normaliser and the stabiliser: padding is not
 // neutral, §9.2); local heads mask keys. Cross attention uses context_mask
 // only and has neither rotary nor local heads.
+//
+// Dropout (attn_dropout) acts in training mode only, where the reference
+// has it: on the output of to_out and on the local heads' attention weights.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -34,7 +37,8 @@ struct PerformerAttentionOptions {
   bool no_projection = false;
   bool qkv_bias = false;
   bool attn_out_bias = true;
-  bool cross = false;  // CrossAttention: requires a context
+  double dropout = 0.0;  // training mode only
+  bool cross = false;    // CrossAttention: requires a context
 };
 
 class PerformerAttentionImpl : public torch::nn::Module {

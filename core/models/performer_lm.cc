@@ -38,6 +38,9 @@ torch::Tensor PerformerLMImpl::forward(const torch::Tensor& tokens,
   TORCH_CHECK(n <= config_.position_limit(), "sequence length ", n, " exceeds max_seq_len ",
               config_.position_limit());
   torch::Tensor x = token_emb_(tokens) + pos_emb_->First(n);
+  if (config_.emb_dropout > 0.0 && is_training()) {
+    x = torch::dropout(x, config_.emb_dropout, /*train=*/true);
+  }
   if (options.trace != nullptr) (*options.trace)["embed"] = x;
   BranchInputs in;
   if (layer_pos_emb_.defined()) {

@@ -30,10 +30,13 @@ PerformerStackImpl::PerformerStackImpl(const PerformerLMConfig& config) : config
     o.no_projection = config.no_projection;
     o.qkv_bias = config.qkv_bias;
     o.attn_out_bias = config.attn_out_bias;
+    o.dropout = config.attn_dropout;
     o.cross = cross;
     return PerformerAttention(o);
   };
-  auto feed_forward = [&]() { return FeedForward(config.dim, config.ff_mult, config.ff_glu); };
+  auto feed_forward = [&]() {
+    return FeedForward(config.dim, config.ff_mult, config.ff_glu, config.ff_dropout);
+  };
   for (int64_t i = 0; i < config.depth; ++i) {
     pairs_.emplace_back(
         Branch(config.dim, norm, config.shift_tokens, config.causal,
