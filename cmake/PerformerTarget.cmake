@@ -18,3 +18,12 @@ endfunction()
 function(performer_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM performer_torch_pch)
 endfunction()
+
+# bench/gpu_kernel_bench: torch and kernels/ only, no Google Benchmark, so
+# that the core-less GPU build has it too (docs/gpu.md).
+function(performer_gpu_kernel_bench)
+  add_executable(gpu_kernel_bench ${CMAKE_SOURCE_DIR}/bench/gpu_kernel_bench.cc)
+  performer_target_defaults(gpu_kernel_bench)
+  performer_torch_pch(gpu_kernel_bench)
+  target_link_libraries(gpu_kernel_bench PRIVATE performer_kernels)
+endfunction()

@@ -4,6 +4,9 @@
 
 #include "kernels/cpu/causal_product_cpu.h"
 #include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/causal_product_launch.h"
+#endif
 
 namespace performer::kernels {
 namespace {
@@ -36,6 +39,17 @@ class CausalDotProductFunction : public torch::autograd::Function<CausalDotProdu
 
 torch::Tensor CausalDotProduct(const torch::Tensor& queries, const torch::Tensor& keys,
                                const torch::Tensor& values) {
+  if (queries.is_cuda()) {
+    CheckKernelDevice("CausalDotProduct", queries, {&keys, &values}, /*cuda_kernel=*/true);
+#if PERFORMER_CUDA_KERNELS
+    // Inference only on CUDA: the backward pass has a CPU kernel alone.
+    TORCH_CHECK(!torch::GradMode::is_enabled() ||
+                    !(queries.requires_grad() || keys.requires_grad() || values.requires_grad()),
+                "CausalDotProduct: no CUDA backward kernel; run under torch::NoGradGuard on "
+                "CUDA, or differentiate on the CPU");
+    return cuda::CausalDotProductCuda(queries, keys, values);
+#endif
+  }
   return CausalDotProductFunction::apply(queries, keys, values);
 }
 

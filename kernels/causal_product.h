@@ -7,7 +7,7 @@
 // grow with L x E x M. Differentiable (autograd): the backward pass is
 // O(L*E*M) as well (not twice differentiable). This is the single entry
 // point; it dispatches on the device of Q and fails with a c10::Error on a
-// device without a kernel (CUDA has none yet).
+// device without a kernel. CUDA (kernels/cuda) is forward-only, float32.
 #pragma once
 
 #include <torch/types.h>

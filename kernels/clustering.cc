@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 
 #include "kernels/cpu/clustering_cpu.h"
+#include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/clustering_launch.h"
+#endif
 
 namespace performer::kernels {
 
@@ -25,9 +29,8 @@ HashClusters ClusterHashes(const torch::Tensor& hashes, const torch::Tensor& len
               "ClusterHashes: centroid_positions must be int64");
   TORCH_CHECK(bits >= 1 && bits <= 63, "ClusterHashes: bits must be in [1, 63], got ", bits);
   TORCH_CHECK(iterations >= 0, "ClusterHashes: iterations must be >= 0, got ", iterations);
-  TORCH_CHECK(
-      hashes.device().is_cpu() && lengths.device().is_cpu() && centroid_positions.device().is_cpu(),
-      "ClusterHashes: only the CPU implementation exists, got ", hashes.device());
+  CheckKernelDevice("ClusterHashes", hashes, {&lengths, &centroid_positions},
+                    /*cuda_kernel=*/hashes.is_cuda());
 
   torch::Tensor lengths64 = lengths.to(torch::kInt64).contiguous();
   if (batch > 0) {
@@ -40,8 +43,15 @@ HashClusters ClusterHashes(const torch::Tensor& hashes, const torch::Tensor& len
               "ClusterHashes: centroid positions must lie in [0, L = ", length, ")");
 
   // Seeds are drawn serially so that the result does not depend on threads.
+  // On the CPU whatever the device of the codes, so that CPU and CUDA draw
+  // the same seeds from the same generator state and give the same clusters.
   torch::Tensor seeds = torch::randint(int64_t{1} << 62, {batch * hashes.size(1)}, generator,
                                        torch::TensorOptions().dtype(torch::kInt64));
+#if PERFORMER_CUDA_KERNELS
+  if (hashes.is_cuda()) {
+    return cuda::ClusterHashesCuda(hashes, lengths64, positions, iterations, bits, seeds);
+  }
+#endif
   return cpu::ClusterHashesCpu(hashes.contiguous(), lengths64, positions, iterations, bits, seeds);
 }
 

@@ -26,7 +26,10 @@
 //
 // bits must be in [1, 63]; only the low `bits` bits of the codes are used.
 // iterations >= 0 (0 and 1 both mean: assign to the initial centroids).
-// Not differentiable. CPU only.
+// Not differentiable. CPU and CUDA (kernels/cuda/clustering_cuda.h): the
+// seeds are drawn on the CPU from `generator` in both cases and the CUDA
+// kernel replays std::mt19937_64, so both devices give identical groups and
+// counts for the same generator state. All tensors on one device.
 #pragma once
 
 #include <ATen/core/Generator.h>

@@ -1,7 +1,7 @@
 // Device checks shared by the kernel entry points: every tensor of one call
-// must be on one device, and that device must have an implementation. Only
-// the CPU kernels exist so far; a CUDA twin is dispatched by the entry point
-// once it exists, and this check then admits CUDA.
+// must be on one device, and that device must have an implementation. Ops
+// with a CUDA kernel pass cuda_kernel = true; they are refused on CUDA
+// tensors only when this build did not compile kernels/cuda.
 #pragma once
 
 #include <torch/types.h>
@@ -11,14 +11,23 @@
 namespace performer::kernels {
 
 inline void CheckKernelDevice(const char* op, const torch::Tensor& reference,
-                              std::initializer_list<const torch::Tensor*> others) {
+                              std::initializer_list<const torch::Tensor*> others,
+                              bool cuda_kernel = false) {
   for (const torch::Tensor* t : others) {
+    if (!t->defined()) continue;
     TORCH_CHECK(t->device() == reference.device(), op,
                 ": all tensors must be on the same device (got ", reference.device(), " and ",
                 t->device(), ")");
   }
+  if (reference.is_cuda() && cuda_kernel) {
+    TORCH_CHECK(PERFORMER_CUDA_KERNELS != 0, op,
+                ": this build has no CUDA kernels (nvcc was not found when it was configured); "
+                "rebuild with the CUDA toolkit or move the tensors to the CPU");
+    return;
+  }
   TORCH_CHECK(reference.device().is_cpu(), op, ": no kernel for device ", reference.device(),
-              " in this build (only the CPU kernel is implemented); move the tensors to the CPU");
+              cuda_kernel ? "" : " (this op has only a CPU kernel)",
+              "; move the tensors to the CPU");
 }
 
 }  // namespace performer::kernels

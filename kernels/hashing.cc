@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 
 #include "kernels/cpu/hashing_cpu.h"
+#include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/hashing_launch.h"
+#endif
 
 namespace performer::kernels {
 
@@ -19,11 +23,15 @@ torch::Tensor ComputeHashes(const torch::Tensor& x, const torch::Tensor& planes)
               "ComputeHashes: X and planes must share a dtype");
   TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble,
               "ComputeHashes: expected float32 or float64 inputs, got ", x.scalar_type());
-  TORCH_CHECK(x.device() == planes.device(), "ComputeHashes: X and planes on different devices");
-  TORCH_CHECK(x.device().is_cpu(), "ComputeHashes: only the CPU implementation exists, got ",
-              x.device());
   std::vector<int64_t> batch_shape(x.sizes().begin(), x.sizes().end() - 1);
   torch::Tensor flat = x.detach().reshape({-1, dims}).contiguous();
+  if (x.is_cuda()) {
+    CheckKernelDevice("ComputeHashes", x, {&planes}, /*cuda_kernel=*/true);
+#if PERFORMER_CUDA_KERNELS
+    return cuda::ComputeHashesCuda(flat, planes.detach()).view(batch_shape);
+#endif
+  }
+  CheckKernelDevice("ComputeHashes", x, {&planes});
   return cpu::ComputeHashesCpu(flat, planes.detach().contiguous()).view(batch_shape);
 }
 

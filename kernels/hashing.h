@@ -6,8 +6,9 @@
 // last column of `planes` is the offset of each hyperplane (all zero gives
 // sign-of-projection, i.e. cosine, hashing). B must be in [1, 63] so that the
 // code is a non-negative int64. X and planes share a floating dtype (float32
-// or float64). Not differentiable (codes are integers). CPU only: other
-// devices are rejected with a message.
+// or float64). Not differentiable (codes are integers). CPU and CUDA
+// (kernels/cuda/hashing_cuda.h, bit-exact with the CPU: the same summation
+// order, no FMA contraction); other devices are rejected with a message.
 #pragma once
 
 #include <torch/types.h>

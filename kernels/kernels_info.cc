@@ -2,20 +2,10 @@
 
 namespace performer::kernels {
 
-bool CudaKernelsCompiled() {
-#ifdef PERFORMER_HAVE_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
+// PERFORMER_CUDA_KERNELS and PERFORMER_TORCH_CUDA come from the top-level
+// CMakeLists.txt (0 or 1).
+bool CudaKernelsCompiled() { return PERFORMER_CUDA_KERNELS != 0; }
 
-bool TorchHasCuda() {
-#ifdef PERFORMER_TORCH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
+bool TorchHasCuda() { return PERFORMER_TORCH_CUDA != 0; }
 
 }  // namespace performer::kernels

@@ -3,26 +3,61 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/linear_state_step_cpu.h"
 #include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/linear_state_step_launch.h"
+#endif
 
 namespace performer::kernels {
 
 bool LinearStateStepSupported(const torch::Tensor& state) {
-  return state.device().is_cpu() && state.scalar_type() == torch::kFloat && state.dim() == 3 &&
-         state.is_contiguous();
+  if (!state.defined() || state.scalar_type() != torch::kFloat || state.dim() != 3 ||
+      !state.is_contiguous()) {
+    return false;
+  }
+  if (state.device().is_cpu()) return true;
+  return PERFORMER_CUDA_KERNELS != 0 && state.is_cuda();
 }
 
 namespace {
 
+// The number of rows R a call steps: slots.size(0), or every state.
+int64_t StepRows(const torch::Tensor& state, const torch::Tensor& slots) {
+  return slots.defined() ? slots.size(0) : state.size(0);
+}
+
+void CheckSlots(const char* op, const torch::Tensor& state, const torch::Tensor& slots) {
+  if (!slots.defined()) return;
+  TORCH_CHECK(slots.scalar_type() == torch::kLong && slots.dim() == 1 && slots.is_contiguous(), op,
+              ": slots must be a contiguous int64 (R,) tensor, got ", slots.sizes(), " ",
+              slots.scalar_type());
+  const int64_t pool = state.size(0);
+  TORCH_CHECK(slots.size(0) <= pool, op, ": ", slots.size(0), " slots for a pool of ", pool,
+              " states");
+  if (!slots.device().is_cpu()) return;  // see the header: not checked on CUDA
+  std::vector<bool> used(static_cast<size_t>(pool), false);
+  const int64_t* s = slots.data_ptr<int64_t>();
+  for (int64_t r = 0; r < slots.size(0); ++r) {
+    TORCH_CHECK(s[r] >= 0 && s[r] < pool, op, ": slot ", s[r], " out of range [0, ", pool, ")");
+    TORCH_CHECK(!used[static_cast<size_t>(s[r])], op, ": slot ", s[r], " given twice");
+    used[static_cast<size_t>(s[r])] = true;
+  }
+}
+
 void CheckStepInputs(const torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
-                     const torch::Tensor& v, const torch::Tensor& decay) {
-  CheckKernelDevice("LinearStateStep", state, {&q, &k, &v});
+                     const torch::Tensor& v, const torch::Tensor& decay,
+                     const torch::Tensor& slots) {
+  CheckKernelDevice("LinearStateStep", state, {&q, &k, &v, &decay, &slots},
+                    /*cuda_kernel=*/true);
   TORCH_CHECK(LinearStateStepSupported(state),
-              "LinearStateStep: state must be a contiguous float32 (R, M, E+1) CPU tensor, got ",
-              state.sizes(), " ", state.scalar_type());
-  const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
+              "LinearStateStep: state must be a contiguous float32 (R, M, E+1) tensor on the CPU "
+              "(or CUDA when built with kernels/cuda), got ",
+              state.sizes(), " ", state.scalar_type(), " on ", state.device());
+  CheckSlots("LinearStateStep", state, slots);
+  const int64_t rows = StepRows(state, slots), features = state.size(1), columns = state.size(2);
   TORCH_CHECK(q.sizes() == torch::IntArrayRef({rows, features}) && k.sizes() == q.sizes(),
               "LinearStateStep: q and k must be (R, M) = (", rows, ", ", features, "), got ",
               q.sizes(), " and ", k.sizes());
@@ -37,37 +72,60 @@ torch::Tensor F32(const torch::Tensor& t) {
   return t.defined() ? t.to(torch::kFloat).contiguous() : t;
 }
 
+const int64_t* SlotPointer(const torch::Tensor& slots) {
+  return slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
+}
+
 }  // namespace
 
 torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, const torch::Tensor& decay) {
-  CheckStepInputs(state, q, k, v, decay);
-  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay));
+                              const torch::Tensor& v, const torch::Tensor& decay,
+                              const torch::Tensor& slots) {
+  CheckStepInputs(state, q, k, v, decay, slots);
+#if PERFORMER_CUDA_KERNELS
+  if (state.is_cuda()) return cuda::LinearStateStepCuda(state, q, k, v, decay, slots);
+#endif
+  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay), nullptr,
+                                     SlotPointer(slots));
 }
 
 torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tensor& q,
                                         const torch::Tensor& k, const torch::Tensor& v,
                                         const torch::Tensor& decay, torch::Tensor sums,
-                                        double scale, double offset, double eps) {
-  CheckStepInputs(state, q, k, v, decay);
+                                        double scale, double offset, double eps,
+                                        const torch::Tensor& slots) {
+  CheckStepInputs(state, q, k, v, decay, slots);
+  CheckKernelDevice("LinearStateStep", state, {&sums}, /*cuda_kernel=*/true);
   TORCH_CHECK(
-      !sums.defined() ||
-          (sums.sizes() == torch::IntArrayRef({state.size(0), state.size(2)}) &&
-           sums.scalar_type() == torch::kFloat && sums.is_contiguous() && sums.device().is_cpu()),
-      "LinearStateStep: sums must be a contiguous float32 (R, E+1) CPU tensor");
+      !sums.defined() || (sums.sizes() == torch::IntArrayRef({state.size(0), state.size(2)}) &&
+                          sums.scalar_type() == torch::kFloat && sums.is_contiguous()),
+      "LinearStateStep: sums must be a contiguous float32 (P, E+1) tensor, P = ", state.size(0));
+#if PERFORMER_CUDA_KERNELS
+  if (state.is_cuda()) {
+    return cuda::LinearStateStepNormalizedCuda(state, q, k, v, decay, sums, scale, offset, eps,
+                                               slots);
+  }
+#endif
   cpu::StepNormalization norm{sums.defined() ? sums.data_ptr<float>() : nullptr,
                               static_cast<float>(scale), static_cast<float>(offset),
                               static_cast<float>(eps)};
-  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay), &norm);
+  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), F32(decay), &norm,
+                                     SlotPointer(slots));
 }
 
 torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
                              const torch::Tensor& projections, const torch::Tensor& diag,
-                             const torch::Tensor& v, double kernel_eps, double denominator_eps) {
-  CheckKernelDevice("FavorStateStep", state, {&key_max, &sums, &projections, &diag, &v});
+                             const torch::Tensor& v, double kernel_eps, double denominator_eps,
+                             const torch::Tensor& slots) {
+  CheckKernelDevice("FavorStateStep", state, {&key_max, &sums, &projections, &diag, &v, &slots},
+                    /*cuda_kernel=*/true);
   TORCH_CHECK(LinearStateStepSupported(state),
-              "FavorStateStep: state must be a contiguous float32 (R, M, E+1) CPU tensor");
-  const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
+              "FavorStateStep: state must be a contiguous float32 (R, M, E+1) tensor on the CPU "
+              "(or CUDA when built with kernels/cuda), got ",
+              state.sizes(), " ", state.scalar_type(), " on ", state.device());
+  CheckSlots("FavorStateStep", state, slots);
+  const int64_t pool = state.size(0), rows = StepRows(state, slots), features = state.size(1),
+                columns = state.size(2);
   TORCH_CHECK(projections.dim() == 4 && projections.size(1) == 2 &&
                   projections.size(3) == features &&
                   projections.size(0) * projections.size(2) == rows,
@@ -82,8 +140,14 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
     TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous(),
                 "FavorStateStep: key_max and sums must be contiguous float32");
   }
-  TORCH_CHECK(key_max.numel() == rows && sums.numel() == rows * columns,
-              "FavorStateStep: key_max must be (R,) and sums (R, E+1)");
+  TORCH_CHECK(key_max.numel() == pool && sums.numel() == pool * columns,
+              "FavorStateStep: key_max must be (P,) and sums (P, E+1) with P = ", pool);
+#if PERFORMER_CUDA_KERNELS
+  if (state.is_cuda()) {
+    return cuda::FavorStateStepCuda(state, key_max, sums, projections, diag, v, kernel_eps,
+                                    denominator_eps, slots);
+  }
+#endif
   const double ratio = 1.0 / std::sqrt(static_cast<double>(features));
   torch::Tensor u = F32(projections), d = F32(diag);
   cpu::FavorFeatures favor{u.data_ptr<float>(), d.data_ptr<float>(), key_max.data_ptr<float>(),
@@ -91,7 +155,7 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
   cpu::StepNormalization norm{sums.data_ptr<float>(), static_cast<float>(ratio * ratio),
                               static_cast<float>(ratio * ratio * kernel_eps),
                               static_cast<float>(denominator_eps * ratio)};
-  return cpu::FavorStateStepForward(state, F32(v), norm, favor);
+  return cpu::FavorStateStepForward(state, F32(v), norm, favor, SlotPointer(slots));
 }
 
 }  // namespace performer::kernels

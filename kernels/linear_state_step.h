@@ -11,9 +11,21 @@
 // that memory traffic). decay is (R,) or undefined (= 1): the softmax-kernel
 // decoder rescales its sums when the running key maximum grows.
 //
-// float32, CPU, S contiguous; q, k (R, M), v (R, E). Not differentiable
+// float32, S contiguous; q, k (R, M), v (R, E). Not differentiable
 // (inference only). Single entry point; CPU implementation in
-// kernels/cpu/linear_state_step_cpu.cc.
+// kernels/cpu/linear_state_step_cpu.cc, CUDA (one launch per call for the
+// whole batch) in kernels/cuda/linear_state_step_cuda.cu.
+//
+// Slots: every op takes an optional `slots` (R,) int64 tensor on the state's
+// device. Undefined (the default) means row r steps state[r], so state is
+// (R, M, E + 1). Given, row r of q, k, v, decay, projections and the output
+// steps state[slots[r]] of a larger pool (P, M, E + 1) in place, and sums and
+// key_max are (P, ...) pools indexed the same way; the other P - R states are
+// not touched, so a scheduler can step any subset of its pool without a
+// gather and a scatter. The slots of one call must be distinct and in
+// [0, P): checked on the CPU; on CUDA checking would synchronise with the
+// device, so the kernel leaves the state of an out-of-range row untouched and
+// writes NaN to its output row, and duplicated slots are undefined behaviour.
 #pragma once
 
 #include <torch/types.h>
@@ -21,7 +33,8 @@
 namespace performer::kernels {
 
 torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, const torch::Tensor& decay = {});
+                              const torch::Tensor& v, const torch::Tensor& decay = {},
+                              const torch::Tensor& slots = {});
 
 // The same step followed by the normalisation of causal linear attention,
 // so that no per-step elementwise pass is left to the caller:
@@ -34,7 +47,8 @@ torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, cons
 torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tensor& q,
                                         const torch::Tensor& k, const torch::Tensor& v,
                                         const torch::Tensor& decay, torch::Tensor sums,
-                                        double scale, double offset, double eps);
+                                        double scale, double offset, double eps,
+                                        const torch::Tensor& slots = {});
 
 // The FAVOR+ (softmax-kernel) decode step of performer-style attention with
 // the feature map fused in, for R = B*H states:
@@ -48,9 +62,12 @@ torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tenso
 // key sums kept in the frame of the running maximum (exact rescaling).
 torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
                              const torch::Tensor& projections, const torch::Tensor& diag,
-                             const torch::Tensor& v, double kernel_eps, double denominator_eps);
+                             const torch::Tensor& v, double kernel_eps, double denominator_eps,
+                             const torch::Tensor& slots = {});
 
-// True when LinearStateStep has a kernel for this state (device, dtype, layout).
+// True when LinearStateStep has a kernel for this state (device, dtype,
+// layout): contiguous float32 (rows, M, E + 1) on the CPU, or on a CUDA
+// device when this build compiled kernels/cuda.
 bool LinearStateStepSupported(const torch::Tensor& state);
 
 }  // namespace performer::kernels

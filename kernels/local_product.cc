@@ -4,6 +4,9 @@
 
 #include "kernels/cpu/local_product_cpu.h"
 #include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/local_product_launch.h"
+#endif
 
 namespace performer::kernels {
 namespace {
@@ -65,11 +68,33 @@ class LocalWeightedAverageFunction
 torch::Tensor LocalDotProduct(const torch::Tensor& queries, const torch::Tensor& keys,
                               const torch::Tensor& attn_mask_finite,
                               const torch::Tensor& key_lengths, int64_t local_context) {
+  if (queries.is_cuda()) {
+    CheckKernelDevice("LocalDotProduct", queries, {&keys, &attn_mask_finite, &key_lengths},
+                      /*cuda_kernel=*/true);
+#if PERFORMER_CUDA_KERNELS
+    // Inference only on CUDA: the backward pass has a CPU kernel alone.
+    TORCH_CHECK(
+        !torch::GradMode::is_enabled() || !(queries.requires_grad() || keys.requires_grad()),
+        "LocalDotProduct: no CUDA backward kernel; run under torch::NoGradGuard on "
+        "CUDA, or differentiate on the CPU");
+    return cuda::LocalDotProductCuda(queries, keys, attn_mask_finite, key_lengths, local_context);
+#endif
+  }
   return LocalDotProductFunction::apply(queries, keys, attn_mask_finite, key_lengths,
                                         local_context);
 }
 
 torch::Tensor LocalWeightedAverage(const torch::Tensor& attention, const torch::Tensor& values) {
+  if (attention.is_cuda()) {
+    CheckKernelDevice("LocalWeightedAverage", attention, {&values}, /*cuda_kernel=*/true);
+#if PERFORMER_CUDA_KERNELS
+    TORCH_CHECK(
+        !torch::GradMode::is_enabled() || !(attention.requires_grad() || values.requires_grad()),
+        "LocalWeightedAverage: no CUDA backward kernel; run under torch::NoGradGuard on "
+        "CUDA, or differentiate on the CPU");
+    return cuda::LocalWeightedAverageCuda(attention, values);
+#endif
+  }
   return LocalWeightedAverageFunction::apply(attention, values);
 }
 

@@ -11,7 +11,10 @@
 // Both differentiable (autograd) with respect to Q, K, A and V (not the mask
 // or the lengths); float32 or float64 on CPU, any strides; the mask is
 // converted to the dtype of Q and the lengths to int64. key_lengths[n] > S
-// counts as S. A device without a kernel (CUDA has none yet) is a c10::Error.
+// counts as S. CUDA tensors run the forward kernels of
+// kernels/cuda/local_product_cuda.h (inference only: refused under grad mode
+// when an input requires grad; float32 / float64, other floating dtypes
+// computed in float32); any other device is a c10::Error.
 #pragma once
 
 #include <torch/types.h>

@@ -66,6 +66,8 @@ ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
           "Generated tokens a streaming client may fall behind before its stream is ended "
           "with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_message_bytes, 4 << 20, "Largest gRPC message received or sent.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where models run: cpu, or cuda[:N] with a CUDA LibTorch (docs/gpu.md).");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
 ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
 ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
@@ -163,6 +165,10 @@ int Run() {
   performer::server::RepositoryOptions options;
   options.state_memory_bytes = absl::GetFlag(FLAGS_state_memory_bytes);
   options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.device = absl::GetFlag(FLAGS_device);
+  if (absl::Status s = performer::server::CheckServingDevice(options.device); !s.ok()) {
+    return Fail(2, std::string(s.message()));
+  }
   options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
@@ -213,7 +219,8 @@ int Run() {
   }
   const performer::TorchRuntimeInfo runtime =
       performer::ConfigureTorchRuntime(absl::GetFlag(FLAGS_intra_op_threads));
-  LogEvent(level::info, "runtime", {{"torch", performer::DescribeTorchRuntime(runtime)}});
+  LogEvent(level::info, "runtime",
+           {{"torch", performer::DescribeTorchRuntime(runtime)}, {"device", options.device}});
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
       absl::GetFlag(FLAGS_model_repository), options, absl::GetFlag(FLAGS_default_model));
   if (!repository.ok()) return Fail(1, repository.status().ToString());

@@ -13,6 +13,12 @@ torch::Tensor TokenTensor(const std::vector<int64_t>& tokens) {
   return torch::tensor(tokens, torch::TensorOptions().dtype(torch::kLong));
 }
 
+// Token ids on the model's device (the pool and the weights live there).
+torch::Tensor TokenTensor(const std::vector<int64_t>& tokens, const torch::Device& device) {
+  torch::Tensor t = TokenTensor(tokens);
+  return device.is_cpu() ? t : t.to(device);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
@@ -56,6 +62,7 @@ PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
   info_.vocab_size = decoder_->config().num_tokens;
   info_.max_seq_len = decoder_->config().position_limit();
   info_.capacity = capacity;
+  device_ = decoder_->parameters().front().device();
   pool_ = decoder_->AllocateState(capacity);
   pool_.ResetRows(0, capacity);
   info_.state_bytes_per_sequence = pool_.BytesPerRow();
@@ -121,20 +128,20 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const Pre
   models::LMForwardOptions options;
   options.capture = &rows;
   if (info_.needs_source) {
-    torch::Tensor source = TokenTensor(r.source).unsqueeze(0);
+    torch::Tensor source = TokenTensor(r.source, device_).unsqueeze(0);
     torch::Tensor mask;
     if (!r.source_mask.empty()) {
       std::vector<int64_t> m(r.source_mask.begin(), r.source_mask.end());
-      mask = TokenTensor(m).to(torch::kBool).unsqueeze(0);
+      mask = TokenTensor(m, device_).to(torch::kBool).unsqueeze(0);
     }
     torch::Tensor encodings = model_.encdec->Encode(source, mask);
     decoder_->InitCross(encodings, mask, rows);
     options.context = encodings;
     options.context_mask = mask;
   }
-  torch::Tensor logits = decoder_->forward(TokenTensor(r.prompt).unsqueeze(0), options);
+  torch::Tensor logits = decoder_->forward(TokenTensor(r.prompt, device_).unsqueeze(0), options);
   prefilled_[static_cast<size_t>(*slot)] = true;
-  return logits[0][logits.size(1) - 1].clone();
+  return logits[0][logits.size(1) - 1].to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
 absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
@@ -155,7 +162,8 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
   }
   c10::InferenceMode guard;
   models::DecodeState rows = pool_.Rows(*slot, 1);
-  return decoder_->Extend(TokenTensor(tokens), rows).clone();
+  return decoder_->Extend(TokenTensor(tokens, device_), rows)
+      .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
 absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceId>& ids,
@@ -168,7 +176,9 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
   if (absl::Status s = CheckTokenIds(tokens, info_.vocab_size, "step"); !s.ok()) return s;
   const int64_t count = static_cast<int64_t>(ids.size());
   std::vector<int64_t> slots(ids.size());
-  auto positions = pool_.positions.accessor<int64_t, 1>();
+  // One device-to-host copy of the positions on a GPU pool.
+  const torch::Tensor host_positions = device_.is_cpu() ? pool_.positions : pool_.positions.cpu();
+  auto positions = host_positions.accessor<int64_t, 1>();
   for (size_t i = 0; i < ids.size(); ++i) {
     absl::StatusOr<int64_t> slot = SlotOf(ids[i]);
     if (!slot.ok()) return slot.status();
@@ -199,13 +209,13 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
   const bool contiguous = sorted_slots.back() - sorted_slots.front() == count - 1;
 
   c10::InferenceMode guard;
-  torch::Tensor token_tensor = TokenTensor(sorted_tokens);
+  torch::Tensor token_tensor = TokenTensor(sorted_tokens, device_);
   torch::Tensor logits;
   if (contiguous) {
     models::DecodeState rows = pool_.Rows(sorted_slots.front(), count);
     logits = decoder_->Step(token_tensor, rows);
   } else {
-    torch::Tensor index = TokenTensor(sorted_slots);
+    torch::Tensor index = TokenTensor(sorted_slots, device_);
     models::DecodeState rows = pool_.Gather(index);
     logits = decoder_->Step(token_tensor, rows);
     pool_.Scatter(index, rows);
@@ -213,7 +223,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
   // Back to the caller's order.
   std::vector<int64_t> inverse(ids.size());
   for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
-  return logits.index_select(0, TokenTensor(inverse));
+  return logits.index_select(0, TokenTensor(inverse, device_)).to(torch::kCPU);
 }
 
 absl::Status PerformerDecoder::Release(SequenceId id) {

@@ -10,6 +10,10 @@
 // exactly when it grows; the cached lower-layer outputs of earlier positions
 // are not recomputed, so logits may differ from the reference's full
 // re-forward by up to ~4e-4 (reference §9.1).
+//
+// The decoder runs where the model's weights are (move the model with
+// ->to(device) before Create): the pool is allocated there and logits come
+// back to the CPU.
 #pragma once
 
 #include <memory>
@@ -48,6 +52,7 @@ class PerformerDecoder : public SequenceDecoder {
   models::LoadedModel model_;
   models::PerformerLM decoder_{nullptr};  // the LM, or the enc-dec's decoder
   DecoderInfo info_;
+  torch::Device device_{torch::kCPU};  // of the weights and the state pool
   models::DecodeState pool_;
   std::vector<SequenceId> slot_owner_;  // slot -> id, for slots [0, active)
   std::unordered_map<SequenceId, int64_t> slot_of_;

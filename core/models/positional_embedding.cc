@@ -42,7 +42,11 @@ torch::Tensor PositionalEmbeddingImpl::Rows(const torch::Tensor& positions) cons
 }
 
 torch::Tensor PositionalEmbeddingImpl::First(int64_t n) const {
-  return Rows(torch::arange(n, torch::TensorOptions().dtype(torch::kLong)));
+  // On the weights' device: index_select needs its index there.
+  const torch::Device device = kind_ == PositionalKind::kFixedSinusoidal ? table_.device()
+                               : kind_ == PositionalKind::kAxial         ? axial0_.device()
+                                                                 : learned_->weight.device();
+  return Rows(torch::arange(n, torch::TensorOptions().dtype(torch::kLong).device(device)));
 }
 
 }  // namespace performer::models

@@ -45,11 +45,14 @@ struct StepArgs {
   int64_t columns;                // E + 1
   const StepNormalization* norm;  // may be null
   const FavorFeatures* favor;     // may be null: q, k, decay are then given
+  const int64_t* slots;           // may be null (= identity)
 };
 
 // The FAVOR+ features of row r (see FavorStateStep): e_q + eps into q_out,
-// e_k into k_out; returns the decay and advances the running key maximum.
-inline float FavorRow(const FavorFeatures& fv, int64_t r, int64_t m, float* q_out, float* k_out) {
+// e_k into k_out; returns the decay and advances the running key maximum of
+// state `slot`.
+inline float FavorRow(const FavorFeatures& fv, int64_t r, int64_t slot, int64_t m, float* q_out,
+                      float* k_out) {
   const int64_t b = r / fv.heads, head = r % fv.heads;
   const float* uq = fv.projections + ((b * 2) * fv.heads + head) * m;
   const float* uk = fv.projections + ((b * 2 + 1) * fv.heads + head) * m;
@@ -57,10 +60,10 @@ inline float FavorRow(const FavorFeatures& fv, int64_t r, int64_t m, float* q_ou
   const float dk = fv.diag[(b * 2 + 1) * fv.heads + head];
   const float q_max = *std::max_element(uq, uq + m);
   for (int64_t f = 0; f < m; ++f) q_out[f] = std::exp(uq[f] - (dq + q_max)) + fv.kernel_eps;
-  const float old_max = fv.key_max[r];
+  const float old_max = fv.key_max[slot];
   const float new_max = std::max(old_max, *std::max_element(uk, uk + m));
   for (int64_t f = 0; f < m; ++f) k_out[f] = std::exp(uk[f] - (dk + new_max));
-  fv.key_max[r] = new_max;
+  fv.key_max[slot] = new_max;
   return std::exp(old_max - new_max);
 }
 
@@ -75,16 +78,17 @@ PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t en
     k_features.resize(static_cast<size_t>(m));
   }
   for (int64_t r = begin; r < end; ++r) {
+    const int64_t slot = a.slots != nullptr ? a.slots[r] : r;
     std::copy(a.v + r * e, a.v + (r + 1) * e, v1.begin());
     v1[static_cast<size_t>(e)] = 1.0f;
     float* acc = a.norm != nullptr ? scratch.data() : a.out + r * c;
     std::fill(acc, acc + c, 0.0f);
     float decay = a.decay != nullptr ? a.decay[r] : 1.0f;
-    float* state = a.state + r * m * c;
+    float* state = a.state + slot * m * c;
     const float* q;
     const float* k;
     if (a.favor != nullptr) {
-      decay = FavorRow(*a.favor, r, m, q_features.data(), k_features.data());
+      decay = FavorRow(*a.favor, r, slot, m, q_features.data(), k_features.data());
       q = q_features.data();
       k = k_features.data();
     } else {
@@ -98,7 +102,7 @@ PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t en
     }
     if (a.norm == nullptr) continue;
     const StepNormalization& n = *a.norm;
-    float* sums = n.sums != nullptr ? n.sums + r * c : nullptr;
+    float* sums = n.sums != nullptr ? n.sums + slot * c : nullptr;
     if (sums != nullptr) {
       for (int64_t j = 0; j < c; ++j) sums[j] += v1[static_cast<size_t>(j)];
     }
@@ -126,13 +130,22 @@ void StepRowsPortable(const StepArgs& a, int64_t begin, int64_t end) {
 namespace {
 
 torch::Tensor RunStep(torch::Tensor& state, const float* q, const float* k, const float* v,
-                      const float* decay, const StepNormalization* norm,
-                      const FavorFeatures* favor) {
-  const int64_t rows = state.size(0), features = state.size(1), columns = state.size(2);
+                      const float* decay, const StepNormalization* norm, const FavorFeatures* favor,
+                      const int64_t* slots, int64_t rows) {
+  const int64_t features = state.size(1), columns = state.size(2);
   torch::Tensor out =
       torch::empty({rows, norm != nullptr ? columns - 1 : columns}, state.options());
-  StepArgs args{state.data_ptr<float>(), q,        k,       v,    decay,
-                out.data_ptr<float>(),   features, columns, norm, favor};
+  StepArgs args{state.data_ptr<float>(),
+                q,
+                k,
+                v,
+                decay,
+                out.data_ptr<float>(),
+                features,
+                columns,
+                norm,
+                favor,
+                slots};
   // About 64K state elements per task keeps the threads busy without
   // splitting tiny states.
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, features * columns));
@@ -152,14 +165,18 @@ torch::Tensor RunStep(torch::Tensor& state, const float* q, const float* k, cons
 
 torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
                                      const torch::Tensor& k, const torch::Tensor& v,
-                                     const torch::Tensor& decay, const StepNormalization* norm) {
+                                     const torch::Tensor& decay, const StepNormalization* norm,
+                                     const int64_t* slots) {
   return RunStep(state, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                 decay.defined() ? decay.data_ptr<float>() : nullptr, norm, nullptr);
+                 decay.defined() ? decay.data_ptr<float>() : nullptr, norm, nullptr, slots,
+                 q.size(0));
 }
 
 torch::Tensor FavorStateStepForward(torch::Tensor& state, const torch::Tensor& v,
-                                    const StepNormalization& norm, const FavorFeatures& favor) {
-  return RunStep(state, nullptr, nullptr, v.data_ptr<float>(), nullptr, &norm, &favor);
+                                    const StepNormalization& norm, const FavorFeatures& favor,
+                                    const int64_t* slots) {
+  return RunStep(state, nullptr, nullptr, v.data_ptr<float>(), nullptr, &norm, &favor, slots,
+                 v.size(0));
 }
 
 }  // namespace performer::kernels::cpu

@@ -7,8 +7,8 @@
 // per (n, h); the E x M running state lives in shared memory, so E * M must
 // not exceed kMaxCausalStateElements. Returns a CUDA error string or nullptr.
 //
-// Status: compiled by CI (nvcc) but not yet wired into kernels/causal_product
-// (Debian's LibTorch has no CUDA) and not yet run on a GPU: see the GPU issue.
+// Status: called by kernels/causal_product.cc for CUDA tensors; compiled by
+// CI (nvcc) but not yet run on a GPU (docs/gpu.md).
 #pragma once
 
 #include <cstdint>

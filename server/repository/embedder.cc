@@ -31,6 +31,11 @@ absl::StatusOr<Embedding> Embedder::Embed(const std::vector<int64_t>& tokens, bo
   torch::Tensor input =
       torch::tensor(tokens, torch::TensorOptions().dtype(torch::kLong)).unsqueeze(0);
   torch::Tensor encodings;
+  // The weights may live on a GPU (--device): the input goes there, the
+  // encodings come back.
+  const torch::Device device =
+      (model_->lm ? model_->lm->parameters() : model_->encdec->parameters()).front().device();
+  if (!device.is_cpu()) input = input.to(device);
   if (model_->lm) {
     models::LMForwardOptions options;
     options.return_encodings = true;
@@ -38,7 +43,7 @@ absl::StatusOr<Embedding> Embedder::Embed(const std::vector<int64_t>& tokens, bo
   } else {
     encodings = model_->encdec->Encode(input);
   }
-  encodings = encodings[0].to(torch::kFloat);  // [n, dim]
+  encodings = encodings[0].to(torch::kFloat).to(torch::kCPU);  // [n, dim]
   Embedding out;
   out.dim = encodings.size(1);
   out.tokens = encodings.size(0);

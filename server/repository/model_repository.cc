@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/model_folder.h"
+#include "kernels/kernels_info.h"
 #include "server/logging/server_log.h"
 #include "server/repository/embedder.h"
 
@@ -39,6 +41,11 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
   absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(dir.string());
   if (!model.ok()) return model.status();
   if (model->model_class == "FastAttention") return std::unique_ptr<HostedModel>();
+  if (options.device != "cpu") {
+    const torch::Device device(options.device);
+    if (model->lm) model->lm->to(device);
+    if (model->encdec) model->encdec->to(device);
+  }
 
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir.string());
   if (!tokenizer.ok()) return tokenizer.status();
@@ -90,6 +97,37 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
 }
 
 }  // namespace
+
+absl::Status CheckServingDevice(const std::string& device) {
+  std::optional<torch::Device> parsed;
+  try {
+    parsed.emplace(device);
+  } catch (const c10::Error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", device, ": not a device name (cpu, cuda or cuda:N)"));
+  }
+  if (parsed->is_cpu()) return absl::OkStatus();
+  if (!parsed->is_cuda()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", device, ": only cpu and cuda[:N] are supported"));
+  }
+  if (!kernels::TorchHasCuda()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", device,
+        ": this build's LibTorch has no CUDA (Debian's libtorch is CPU-only); build against a "
+        "CUDA LibTorch (docs/gpu.md)"));
+  }
+  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=", device, ": no CUDA device is visible"));
+  }
+  if (parsed->has_index() && parsed->index() >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=", device, ": only ", count, " CUDA device(s) are visible"));
+  }
+  return absl::OkStatus();
+}
 
 std::string_view ModelKindName(ModelKind kind) {
   switch (kind) {

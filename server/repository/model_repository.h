@@ -31,11 +31,20 @@ struct RepositoryOptions {
   // Per model: slots = min(state_memory_bytes / state bytes per sequence, max_batch).
   int64_t state_memory_bytes = int64_t{1} << 30;
   int64_t max_batch = 64;
+  // Where the weights, the state pools and the decode steps live: "cpu" or
+  // "cuda[:N]" (needs a LibTorch with CUDA; main.cc checks that first).
+  std::string device = "cpu";
   EngineOptions engine;
   // The observer each model's engine reports to (e.g. its metrics); null or
   // returning null = none.
   std::function<EngineObserver*(const std::string& model)> observer_for_model;
 };
+
+// OK when models can be served on `device` ("cpu", "cuda", "cuda:N");
+// InvalidArgument for a name LibTorch does not know or a device other than
+// those, FailedPrecondition when this LibTorch has no CUDA or the GPU is
+// not there (the message says which).
+absl::Status CheckServingDevice(const std::string& device);
 
 struct HostedModel {
   std::string name;

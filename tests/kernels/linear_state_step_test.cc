@@ -137,3 +137,114 @@ TEST(FavorStateStepTest, MatchesTheFeatureMapAndNormalisation) {
 
 }  // namespace
 }  // namespace performer::kernels
+
+namespace performer::kernels {
+namespace {
+
+// Slots: stepping rows of a pool in place must equal gathering those states,
+// stepping them as a dense batch, and scattering them back; the states of the
+// other slots must not change.
+struct SlotCase {
+  std::vector<int64_t> slots;
+  int64_t pool;
+};
+
+std::vector<SlotCase> SlotCases() {
+  return {{{3, 0, 5, 1, 4, 2}, 6}, {{7, 2, 4}, 9}, {{0}, 1}, {{5}, 6}};
+}
+
+TEST(LinearStateStepSlotsTest, MatchesGatherStepScatter) {
+  torch::manual_seed(21);
+  const int64_t features = 17, dims = 33;
+  for (const SlotCase& c : SlotCases()) {
+    const int64_t rows = static_cast<int64_t>(c.slots.size());
+    const torch::Tensor slots = torch::tensor(c.slots, torch::kLong);
+    torch::Tensor pool = torch::randn({c.pool, features, dims + 1});
+    torch::Tensor expected_pool = pool.clone();
+    for (int step = 0; step < 2; ++step) {
+      torch::Tensor q = torch::rand({rows, features}), k = torch::rand({rows, features});
+      torch::Tensor v = torch::randn({rows, dims});
+      torch::Tensor decay = step == 1 ? torch::rand({rows}) : torch::Tensor();
+      torch::Tensor gathered = expected_pool.index_select(0, slots).contiguous();
+      torch::Tensor expected = LinearStateStep(gathered, q, k, v, decay);
+      expected_pool.index_copy_(0, slots, gathered);
+      torch::Tensor out = LinearStateStep(pool, q, k, v, decay, slots);
+      EXPECT_TENSOR_CLOSE(out, expected, 0, 0);
+      EXPECT_TENSOR_CLOSE(pool, expected_pool, 0, 0);
+    }
+  }
+}
+
+TEST(LinearStateStepSlotsTest, NormalizedMatchesGatherStepScatter) {
+  torch::manual_seed(22);
+  const int64_t features = 17, dims = 33;
+  for (const SlotCase& c : SlotCases()) {
+    const int64_t rows = static_cast<int64_t>(c.slots.size());
+    const torch::Tensor slots = torch::tensor(c.slots, torch::kLong);
+    torch::Tensor pool = torch::rand({c.pool, features, dims + 1});
+    torch::Tensor sums = torch::rand({c.pool, dims + 1});
+    torch::Tensor expected_pool = pool.clone(), expected_sums = sums.clone();
+    torch::Tensor q = torch::rand({rows, features}), k = torch::rand({rows, features});
+    torch::Tensor v = torch::randn({rows, dims}), decay = torch::rand({rows});
+    torch::Tensor gathered = expected_pool.index_select(0, slots).contiguous();
+    torch::Tensor gathered_sums = expected_sums.index_select(0, slots).contiguous();
+    torch::Tensor expected =
+        LinearStateStepNormalized(gathered, q, k, v, decay, gathered_sums, 0.3, 0.02, 1e-3);
+    expected_pool.index_copy_(0, slots, gathered);
+    expected_sums.index_copy_(0, slots, gathered_sums);
+    torch::Tensor out =
+        LinearStateStepNormalized(pool, q, k, v, decay, sums, 0.3, 0.02, 1e-3, slots);
+    EXPECT_TENSOR_CLOSE(out, expected, 0, 0);
+    EXPECT_TENSOR_CLOSE(pool, expected_pool, 0, 0);
+    EXPECT_TENSOR_CLOSE(sums, expected_sums, 0, 0);
+  }
+}
+
+TEST(LinearStateStepSlotsTest, FavorMatchesGatherStepScatter) {
+  torch::manual_seed(23);
+  const int64_t heads = 2, features = 17, dims = 5;
+  // Slots of the (b, h) rows; B * H rows of a pool of 11 states.
+  const std::vector<int64_t> slot_list = {9, 2, 4, 0, 10, 7};
+  const int64_t rows = static_cast<int64_t>(slot_list.size()), batch = rows / heads, pool = 11;
+  const torch::Tensor slots = torch::tensor(slot_list, torch::kLong);
+  torch::Tensor state = torch::rand({pool, features, dims + 1});
+  torch::Tensor sums = torch::rand({pool, dims + 1});
+  torch::Tensor key_max = torch::randn({pool});
+  torch::Tensor expected_state = state.clone(), expected_sums = sums.clone(),
+                expected_key_max = key_max.clone();
+  for (int step = 0; step < 3; ++step) {
+    // Growing projections make the key maximum move.
+    torch::Tensor projections = torch::randn({batch, 2, heads, features}) * (1.0 + step);
+    torch::Tensor diag = torch::rand({batch, 2, heads});
+    torch::Tensor v = torch::randn({rows, dims});
+    torch::Tensor g_state = expected_state.index_select(0, slots).contiguous();
+    torch::Tensor g_sums = expected_sums.index_select(0, slots).contiguous();
+    torch::Tensor g_max = expected_key_max.index_select(0, slots).contiguous();
+    torch::Tensor expected =
+        FavorStateStep(g_state, g_max, g_sums, projections, diag, v, 1e-4, 1e-6);
+    expected_state.index_copy_(0, slots, g_state);
+    expected_sums.index_copy_(0, slots, g_sums);
+    expected_key_max.index_copy_(0, slots, g_max);
+    torch::Tensor out =
+        FavorStateStep(state, key_max, sums, projections, diag, v, 1e-4, 1e-6, slots);
+    EXPECT_TENSOR_CLOSE(out, expected, 0, 0);
+    EXPECT_TENSOR_CLOSE(state, expected_state, 0, 0);
+    EXPECT_TENSOR_CLOSE(sums, expected_sums, 0, 0);
+    EXPECT_TENSOR_CLOSE(key_max, expected_key_max, 0, 0);
+  }
+}
+
+TEST(LinearStateStepSlotsTest, BadSlotsAreErrors) {
+  torch::Tensor state = torch::zeros({4, 3, 3});
+  const torch::Tensor q = torch::ones({2, 3}), v = torch::ones({2, 2});
+  auto step = [&](const torch::Tensor& slots) { LinearStateStep(state, q, q, v, {}, slots); };
+  EXPECT_NO_THROW(step(torch::tensor({3, 1}, torch::kLong)));
+  EXPECT_THROW(step(torch::tensor({1, 1}, torch::kLong)), c10::Error);  // repeated
+  EXPECT_THROW(step(torch::tensor({0, 4}, torch::kLong)), c10::Error);  // out of range
+  EXPECT_THROW(step(torch::tensor({-1, 0}, torch::kLong)), c10::Error);
+  EXPECT_THROW(step(torch::tensor({0, 1}, torch::kInt)), c10::Error);      // not int64
+  EXPECT_THROW(step(torch::tensor({0, 1, 2}, torch::kLong)), c10::Error);  // R mismatch
+}
+
+}  // namespace
+}  // namespace performer::kernels

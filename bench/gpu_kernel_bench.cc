@@ -1,0 +1,166 @@
+// CUDA kernel benchmarks, against the device's own measured rates in the
+// same run (docs/gpu.md). Needs only LibTorch (with CUDA) and kernels/, so
+// that the core-less GPU build (-DPERFORMER_BUILD_CORE=OFF) has it:
+//
+//   * copy: device-to-device copy bandwidth of a 1 GiB buffer (read + write),
+//     the reference for memory-bound kernels;
+//   * decode step: kernels::FavorStateStep over the bench model's attention
+//     state (8 heads, 256 features, dim_head 64, float32) for B = 1, 64 and
+//     256 sequences: state bytes read + written per second, as a fraction of
+//     the copy bandwidth (goal >= 70%);
+//   * bf16 GEMM: torch::matmul of two 8192 x 8192 bf16 matrices, the
+//     reference for tensor-core kernels;
+//   * prefill: kernels::CausalLinearPrefill (bf16 inputs, fp32 accumulation)
+//     for N = 1, H = 8, M = 256, E = 65 at L = 1k ... 64k: useful FLOP/s as
+//     a fraction of the GEMM rate (goal >= 40%), and the same chunkwise
+//     algorithm written as plain LibTorch ops on the same GPU.
+//
+// Prints a Markdown table. Without CUDA it says so and exits 0.
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "kernels/causal_linear_prefill.h"
+#include "kernels/kernels_info.h"
+#include "kernels/linear_state_step.h"
+
+namespace {
+
+constexpr int64_t kHeads = 8;
+constexpr int64_t kFeatures = 256;
+constexpr int64_t kDimHead = 64;
+
+// Median seconds of `reps` timed runs after `warmup` untimed ones; the
+// device is synchronised around each run.
+double TimeIt(const std::function<void()>& fn, int warmup = 3, int reps = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  torch::cuda::synchronize();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    torch::cuda::synchronize();
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double CopyBandwidth() {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
+  torch::Tensor src = torch::rand({int64_t{1} << 28}, options);  // 1 GiB
+  torch::Tensor dst = torch::empty_like(src);
+  const double seconds = TimeIt([&] { dst.copy_(src); });
+  return 2.0 * static_cast<double>(src.nbytes()) / seconds;
+}
+
+double Bf16GemmRate() {
+  const auto options = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
+  const int64_t n = 8192;
+  torch::Tensor a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+  const double seconds = TimeIt([&] { torch::matmul(a, b); });
+  return 2.0 * n * n * n / seconds;
+}
+
+// Returns state bytes moved per second by one FavorStateStep over B sequences.
+double DecodeStepBandwidth(int64_t batch, double* seconds_out) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
+  const int64_t rows = batch * kHeads;
+  torch::Tensor state = torch::zeros({rows, kFeatures, kDimHead + 1}, f32);
+  torch::Tensor key_max = torch::zeros({rows}, f32);
+  torch::Tensor sums = torch::zeros({rows, kDimHead + 1}, f32);
+  torch::Tensor projections = torch::randn({batch, 2, kHeads, kFeatures}, f32);
+  torch::Tensor diag = torch::rand({batch, 2, kHeads}, f32);
+  torch::Tensor v = torch::randn({rows, kDimHead}, f32);
+  torch::NoGradGuard no_grad;
+  const double seconds = TimeIt([&] {
+    performer::kernels::FavorStateStep(state, key_max, sums, projections, diag, v, 1e-4, 1e-6);
+  });
+  *seconds_out = seconds;
+  // The state is read and written once; the inputs and outputs are small
+  // but counted too.
+  const double bytes =
+      2.0 * static_cast<double>(state.nbytes() + sums.nbytes() + key_max.nbytes()) +
+      static_cast<double>(projections.nbytes() + diag.nbytes() + v.nbytes()) +
+      static_cast<double>(rows * kDimHead * 4);
+  return bytes / seconds;
+}
+
+// The chunkwise algorithm as plain LibTorch ops (the baseline).
+torch::Tensor PrefillWithTorchOps(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, int64_t chunk) {
+  const int64_t length = q.size(2);
+  torch::Tensor state =
+      torch::zeros({q.size(0), q.size(1), q.size(3), v.size(3)}, q.options().dtype(torch::kFloat));
+  torch::Tensor mask = torch::ones({chunk, chunk}, q.options().dtype(torch::kBool)).tril();
+  std::vector<torch::Tensor> outs;
+  for (int64_t start = 0; start < length; start += chunk) {
+    const int64_t c = std::min(chunk, length - start);
+    torch::Tensor qc = q.narrow(2, start, c), kc = k.narrow(2, start, c),
+                  vc = v.narrow(2, start, c);
+    torch::Tensor scores = torch::matmul(qc, kc.transpose(-1, -2))
+                               .masked_fill(mask.narrow(0, 0, c).narrow(1, 0, c).logical_not(), 0);
+    outs.push_back(torch::matmul(scores, vc).to(torch::kFloat) +
+                   torch::matmul(qc.to(torch::kFloat), state));
+    state = state + torch::matmul(kc.transpose(-1, -2).to(torch::kFloat), vc.to(torch::kFloat));
+  }
+  return torch::cat(outs, 2);
+}
+
+}  // namespace
+
+int main() {
+  if (!performer::kernels::TorchHasCuda() || !performer::kernels::CudaKernelsCompiled() ||
+      !torch::cuda::is_available()) {
+    std::printf(
+        "gpu_kernel_bench: no CUDA (LibTorch CUDA: %d, kernels/cuda compiled: %d, device: "
+        "%d); nothing to measure\n",
+        performer::kernels::TorchHasCuda() ? 1 : 0,
+        performer::kernels::CudaKernelsCompiled() ? 1 : 0, torch::cuda::is_available() ? 1 : 0);
+    return 0;
+  }
+  torch::manual_seed(0);
+  const double copy = CopyBandwidth();
+  const double gemm = Bf16GemmRate();
+  std::printf("| reference | rate |\n|---|---|\n");
+  std::printf("| device copy (read + write) | %.0f GB/s |\n", copy / 1e9);
+  std::printf("| bf16 GEMM 8192^3 | %.1f TFLOP/s |\n\n", gemm / 1e12);
+
+  std::printf(
+      "| decode step (FavorStateStep) | time | state GB/s | of copy |\n|---|---|---|---|\n");
+  for (int64_t batch : {1, 64, 256}) {
+    double seconds = 0;
+    const double bandwidth = DecodeStepBandwidth(batch, &seconds);
+    std::printf("| B = %ld | %.1f us | %.0f | %.0f%% |\n", static_cast<long>(batch), seconds * 1e6,
+                bandwidth / 1e9, 100.0 * bandwidth / copy);
+  }
+
+  std::printf(
+      "\n| prefill L | kernel | TFLOP/s | of bf16 GEMM | LibTorch ops | kernel speed-up |\n"
+      "|---|---|---|---|---|---|\n");
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
+  const int64_t chunk = 64;
+  for (int64_t length : {1024, 4096, 16384, 65536}) {
+    torch::Tensor q = torch::rand({1, kHeads, length, kFeatures}, bf16);
+    torch::Tensor k = torch::rand({1, kHeads, length, kFeatures}, bf16);
+    torch::Tensor v = torch::randn({1, kHeads, length, kDimHead + 1}, bf16);
+    torch::NoGradGuard no_grad;
+    const double kernel = TimeIt([&] { performer::kernels::CausalLinearPrefill(q, k, v); });
+    const double ops = TimeIt([&] { PrefillWithTorchOps(q, k, v, chunk); }, 1, 3);
+    // Useful work of the chunkwise form per head and token: Q Kc^T (C M),
+    // the masked product with V (C E), Q S and the state update (M E each).
+    const double e = static_cast<double>(kDimHead + 1);
+    const double flops =
+        2.0 * kHeads * length * (chunk * kFeatures + chunk * e + 2.0 * kFeatures * e);
+    std::printf("| %ld | %.2f ms | %.1f | %.0f%% | %.2f ms | %.1fx |\n", static_cast<long>(length),
+                kernel * 1e3, flops / kernel / 1e12, 100.0 * flops / kernel / gemm, ops * 1e3,
+                ops / kernel);
+  }
+  return 0;
+}

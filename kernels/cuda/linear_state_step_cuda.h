@@ -1,0 +1,68 @@
+// CUDA fused decode step of kernels/linear_state_step.h, raw pointers +
+// shapes in (contiguous row-major float32 device buffers):
+//
+//   p = slots ? slots[r] : r                          (row r of the call)
+//   S[p] <- decay[r] * S[p] + k[r] (x) [v[r], 1]      S: (pool, M, E + 1), in place
+//   acc = q[r] . S[p]                                 (E + 1)
+//   without normalisation: out[r] = acc               out: (rows, E + 1)
+//   with it: sums[p] += [v[r], 1] (if sums), qs = sum_f q[r, f],
+//            n = scale * acc + offset * qs * sums[p],
+//            out[r] = n[:E] / (n[E] + eps * qs)       out: (rows, E)
+//
+// With `projections` set (FavorStateStep) q, k and decay are not read: the
+// FAVOR+ features of the new query and key are computed in the same launch
+// from projections (B, 2, H, M) and diag (B, 2, H) (row r = b * H + h),
+// with the running key maximum key_max[p] advanced in place:
+//   q = exp(u_q - diag_q - max_f u_q) + kernel_eps
+//   M' = max(key_max[p], max_f u_k); decay = exp(key_max[p] - M');
+//   k = exp(u_k - diag_k - M').
+//
+// One block per row r: threadIdx.x runs over the E + 1 columns, threadIdx.y
+// over interleaved groups of the M features; q and k of the row are staged in
+// shared memory, each state element is read and written exactly once, and
+// the per-column partial sums of q . S are reduced across threadIdx.y in
+// shared memory. A row whose slot is outside [0, pool) touches no state and
+// gets a NaN output row. Slots must be distinct (rows run concurrently).
+// Returns a CUDA error string or nullptr.
+//
+// Status: called by kernels/linear_state_step.cc for CUDA tensors; compiled
+// by CI (nvcc) but not yet run on a GPU (docs/gpu.md).
+#pragma once
+
+#include <cstdint>
+
+namespace performer::kernels::cuda {
+
+struct LinearStateStepArgs {
+  float* state;          // (pool, features, columns)
+  const int64_t* slots;  // (rows,) or null (= identity; pool >= rows)
+  int64_t pool;
+  int64_t rows;
+  int64_t features;    // M
+  int64_t columns;     // E + 1
+  const float* q;      // (rows, M); unused with projections
+  const float* k;      // (rows, M); unused with projections
+  const float* v;      // (rows, E)
+  const float* decay;  // (rows,) or null (= 1); unused with projections
+  float* out;          // (rows, E + 1), or (rows, E) when normalize
+  // Normalisation (LinearStateStepNormalized / FavorStateStep).
+  bool normalize;
+  float* sums;  // (pool, E + 1) or null
+  float scale;
+  float offset;
+  float eps;
+  // FAVOR+ features (FavorStateStep) when projections is not null.
+  const float* projections;  // (B, 2, H, M), B * H = rows
+  const float* diag;         // (B, 2, H)
+  float* key_max;            // (pool,)
+  int64_t heads;
+  float kernel_eps;
+};
+
+// Shared memory of one block must hold 2 M + E + 1 floats plus a fixed
+// reduction buffer; larger shapes are refused with an error.
+constexpr int64_t kMaxStateStepSharedFloats = 11 * 1024;
+
+const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream);
+
+}  // namespace performer::kernels::cuda

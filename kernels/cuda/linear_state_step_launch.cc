@@ -1,0 +1,104 @@
+#include "kernels/cuda/linear_state_step_launch.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "kernels/cuda/linear_state_step_cuda.h"
+#include "kernels/cuda/torch_cuda.h"
+
+namespace performer::kernels::cuda {
+namespace {
+
+torch::Tensor F32(const torch::Tensor& t) {
+  return t.defined() ? t.to(torch::kFloat).contiguous() : t;
+}
+
+template <typename T>
+T* PointerOrNull(const torch::Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+// The fields every step shares; the callers fill in the rest.
+LinearStateStepArgs BaseArgs(torch::Tensor& state, const torch::Tensor& v,
+                             const torch::Tensor& slots, torch::Tensor& out) {
+  TORCH_CHECK(state.is_contiguous() && state.scalar_type() == torch::kFloat,
+              "LinearStateStep: CUDA state must be contiguous float32");
+  TORCH_CHECK(!slots.defined() || (slots.scalar_type() == torch::kLong && slots.is_contiguous()),
+              "LinearStateStep: slots must be contiguous int64");
+  LinearStateStepArgs a{};
+  a.state = state.data_ptr<float>();
+  a.slots = PointerOrNull<int64_t>(slots);
+  a.pool = state.size(0);
+  a.rows = v.size(0);
+  a.features = state.size(1);
+  a.columns = state.size(2);
+  a.v = v.data_ptr<float>();
+  a.out = out.data_ptr<float>();
+  return a;
+}
+
+}  // namespace
+
+torch::Tensor LinearStateStepCuda(torch::Tensor& state, const torch::Tensor& q,
+                                  const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& decay, const torch::Tensor& slots) {
+  const torch::Tensor q32 = F32(q), k32 = F32(k), v32 = F32(v), decay32 = F32(decay);
+  torch::Tensor out = torch::empty({v.size(0), state.size(2)}, state.options());
+  LinearStateStepArgs a = BaseArgs(state, v32, slots, out);
+  a.q = q32.data_ptr<float>();
+  a.k = k32.data_ptr<float>();
+  a.decay = PointerOrNull<float>(decay32);
+  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), "LinearStateStep");
+  return out;
+}
+
+torch::Tensor LinearStateStepNormalizedCuda(torch::Tensor& state, const torch::Tensor& q,
+                                            const torch::Tensor& k, const torch::Tensor& v,
+                                            const torch::Tensor& decay, torch::Tensor& sums,
+                                            double scale, double offset, double eps,
+                                            const torch::Tensor& slots) {
+  TORCH_CHECK(!sums.defined() || (sums.is_contiguous() && sums.scalar_type() == torch::kFloat),
+              "LinearStateStep: sums must be contiguous float32");
+  const torch::Tensor q32 = F32(q), k32 = F32(k), v32 = F32(v), decay32 = F32(decay);
+  torch::Tensor out = torch::empty({v.size(0), state.size(2) - 1}, state.options());
+  LinearStateStepArgs a = BaseArgs(state, v32, slots, out);
+  a.q = q32.data_ptr<float>();
+  a.k = k32.data_ptr<float>();
+  a.decay = PointerOrNull<float>(decay32);
+  a.normalize = true;
+  a.sums = PointerOrNull<float>(sums);
+  a.scale = static_cast<float>(scale);
+  a.offset = static_cast<float>(offset);
+  a.eps = static_cast<float>(eps);
+  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), "LinearStateStepNormalized");
+  return out;
+}
+
+torch::Tensor FavorStateStepCuda(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                                 const torch::Tensor& projections, const torch::Tensor& diag,
+                                 const torch::Tensor& v, double kernel_eps, double denominator_eps,
+                                 const torch::Tensor& slots) {
+  for (const torch::Tensor* t : {&key_max, &sums}) {
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == torch::kFloat,
+                "FavorStateStep: key_max and sums must be contiguous float32");
+  }
+  const torch::Tensor u32 = F32(projections), diag32 = F32(diag), v32 = F32(v);
+  torch::Tensor out = torch::empty({v.size(0), state.size(2) - 1}, state.options());
+  LinearStateStepArgs a = BaseArgs(state, v32, slots, out);
+  const double ratio = 1.0 / std::sqrt(static_cast<double>(state.size(1)));
+  a.normalize = true;
+  a.sums = sums.data_ptr<float>();
+  a.scale = static_cast<float>(ratio * ratio);
+  a.offset = static_cast<float>(ratio * ratio * kernel_eps);
+  a.eps = static_cast<float>(denominator_eps * ratio);
+  a.projections = u32.data_ptr<float>();
+  a.diag = diag32.data_ptr<float>();
+  a.key_max = key_max.data_ptr<float>();
+  a.heads = projections.size(2);
+  a.kernel_eps = static_cast<float>(kernel_eps);
+  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), "FavorStateStep");
+  return out;
+}
+
+}  // namespace performer::kernels::cuda

@@ -1,0 +1,157 @@
+// CUDA fused decode step against the CPU kernel (its reference).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "kernels/linear_state_step.h"
+#include "tests/testing/cuda_device.h"
+
+namespace performer::kernels {
+namespace {
+
+struct StepShape {
+  int64_t rows, features, dims;
+  bool decay, sums, slots;
+};
+
+std::string ShapeName(const ::testing::TestParamInfo<StepShape>& info) {
+  const StepShape& s = info.param;
+  return "R" + std::to_string(s.rows) + "M" + std::to_string(s.features) + "E" +
+         std::to_string(s.dims) + (s.decay ? "Decay" : "") + (s.sums ? "Sums" : "") +
+         (s.slots ? "Slots" : "");
+}
+
+// A pool twice the batch with the rows scattered over it, or the identity.
+torch::Tensor MakeSlots(const StepShape& s) {
+  if (!s.slots) return {};
+  return torch::randperm(2 * s.rows + 1, torch::kLong).narrow(0, 0, s.rows).contiguous();
+}
+
+int64_t PoolSize(const StepShape& s) { return s.slots ? 2 * s.rows + 1 : s.rows; }
+
+torch::Tensor Cuda(const torch::Tensor& t) { return t.defined() ? t.cuda() : t; }
+
+// float32 with a different summation order than the CPU: relative 1e-4, and
+// an absolute floor for the read-outs, which are sums of M products of mixed
+// sign (states are updated elementwise, so they agree more closely).
+void ExpectClose(const torch::Tensor& got, const torch::Tensor& expected, const char* what) {
+  const torch::Tensor g = got.cpu();
+  const double atol = std::string(what) == "out" ? 1e-4 : 1e-5;
+  EXPECT_TRUE(torch::allclose(g, expected, 1e-4, atol))
+      << what << ": max |diff| " << (g - expected).abs().max().item<float>();
+}
+
+class LinearStateStepCudaTest : public ::testing::TestWithParam<StepShape> {};
+
+TEST_P(LinearStateStepCudaTest, MatchesCpuKernelOverSeveralSteps) {
+  PERFORMER_REQUIRE_CUDA();
+  const StepShape s = GetParam();
+  torch::manual_seed(31);
+  const torch::Tensor slots = MakeSlots(s);
+  torch::Tensor cpu_state = torch::randn({PoolSize(s), s.features, s.dims + 1});
+  torch::Tensor gpu_state = cpu_state.cuda();
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor q = torch::rand({s.rows, s.features});
+    const torch::Tensor k = torch::rand({s.rows, s.features});
+    const torch::Tensor v = torch::randn({s.rows, s.dims});
+    const torch::Tensor decay = s.decay ? torch::rand({s.rows}) : torch::Tensor();
+    const torch::Tensor expected = LinearStateStep(cpu_state, q, k, v, decay, slots);
+    const torch::Tensor got =
+        LinearStateStep(gpu_state, q.cuda(), k.cuda(), v.cuda(), Cuda(decay), Cuda(slots));
+    ExpectClose(got, expected, "out");
+    ExpectClose(gpu_state, cpu_state, "state");
+  }
+}
+
+TEST_P(LinearStateStepCudaTest, NormalizedMatchesCpuKernel) {
+  PERFORMER_REQUIRE_CUDA();
+  const StepShape s = GetParam();
+  torch::manual_seed(32);
+  const torch::Tensor slots = MakeSlots(s);
+  torch::Tensor cpu_state = torch::rand({PoolSize(s), s.features, s.dims + 1});
+  torch::Tensor gpu_state = cpu_state.cuda();
+  torch::Tensor cpu_sums = s.sums ? torch::rand({PoolSize(s), s.dims + 1}) : torch::Tensor();
+  torch::Tensor gpu_sums = Cuda(cpu_sums);
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor q = torch::rand({s.rows, s.features});
+    const torch::Tensor k = torch::rand({s.rows, s.features});
+    const torch::Tensor v = torch::randn({s.rows, s.dims});
+    const torch::Tensor decay = s.decay ? torch::rand({s.rows}) : torch::Tensor();
+    const torch::Tensor expected =
+        LinearStateStepNormalized(cpu_state, q, k, v, decay, cpu_sums, 0.3, 0.02, 1e-3, slots);
+    const torch::Tensor got =
+        LinearStateStepNormalized(gpu_state, q.cuda(), k.cuda(), v.cuda(), Cuda(decay), gpu_sums,
+                                  0.3, 0.02, 1e-3, Cuda(slots));
+    ExpectClose(got, expected, "out");
+    ExpectClose(gpu_state, cpu_state, "state");
+    if (s.sums) ExpectClose(gpu_sums, cpu_sums, "sums");
+  }
+}
+
+TEST_P(LinearStateStepCudaTest, FavorMatchesCpuKernelWithAGrowingKeyMaximum) {
+  PERFORMER_REQUIRE_CUDA();
+  const StepShape s = GetParam();
+  torch::manual_seed(33);
+  // Rows = B * H with H = 1 for odd row counts.
+  const int64_t heads = s.rows % 2 == 0 ? 2 : 1, batch = s.rows / heads;
+  const torch::Tensor slots = MakeSlots(s);
+  const int64_t pool = PoolSize(s);
+  torch::Tensor cpu_state = torch::zeros({pool, s.features, s.dims + 1});
+  torch::Tensor cpu_sums = torch::zeros({pool, s.dims + 1});
+  torch::Tensor cpu_max = torch::full({pool}, -1e30);
+  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  for (int step = 0; step < 4; ++step) {
+    // The scale grows with the step, so the running key maximum moves and
+    // the state is rescaled (decay < 1) at later steps.
+    const torch::Tensor projections = torch::randn({batch, 2, heads, s.features}) * (0.5 + step);
+    const torch::Tensor diag = torch::rand({batch, 2, heads});
+    const torch::Tensor v = torch::randn({s.rows, s.dims});
+    const torch::Tensor expected =
+        FavorStateStep(cpu_state, cpu_max, cpu_sums, projections, diag, v, 1e-4, 1e-6, slots);
+    const torch::Tensor got = FavorStateStep(gpu_state, gpu_max, gpu_sums, projections.cuda(),
+                                             diag.cuda(), v.cuda(), 1e-4, 1e-6, Cuda(slots));
+    ExpectClose(got, expected, "out");
+    ExpectClose(gpu_state, cpu_state, "state");
+    ExpectClose(gpu_sums, cpu_sums, "sums");
+    ExpectClose(gpu_max, cpu_max, "key_max");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearStateStepCudaTest,
+                         ::testing::Values(StepShape{1, 1, 1, false, false, false},
+                                           StepShape{1, 17, 33, false, false, false},
+                                           StepShape{1, 17, 33, true, true, true},
+                                           StepShape{3, 33, 17, true, false, true},
+                                           StepShape{64, 17, 33, false, true, false},
+                                           StepShape{64, 17, 33, true, true, true},
+                                           StepShape{64, 256, 64, true, true, false},
+                                           StepShape{8, 266, 300, true, true, true}),
+                         ShapeName);
+
+TEST(LinearStateStepCudaChecks, SupportedAndDeviceMismatch) {
+  PERFORMER_REQUIRE_CUDA();
+  torch::Tensor state = torch::zeros({2, 4, 3}, torch::kCUDA);
+  EXPECT_TRUE(LinearStateStepSupported(state));
+  EXPECT_FALSE(LinearStateStepSupported(state.transpose(1, 2)));
+  EXPECT_THROW(LinearStateStep(state, torch::ones({2, 4}), torch::ones({2, 4}, torch::kCUDA),
+                               torch::ones({2, 2}, torch::kCUDA)),
+               c10::Error);
+}
+
+TEST(LinearStateStepCudaChecks, OutOfRangeSlotGivesNanAndTouchesNoState) {
+  PERFORMER_REQUIRE_CUDA();
+  torch::Tensor state = torch::ones({3, 4, 3}, torch::kCUDA);
+  const torch::Tensor q = torch::ones({2, 4}, torch::kCUDA), v = torch::ones({2, 2}, torch::kCUDA);
+  const torch::Tensor slots = torch::tensor({1, 7}, torch::kLong).cuda();
+  const torch::Tensor out = LinearStateStep(state, q, q, v, {}, slots).cpu();
+  EXPECT_FALSE(torch::isnan(out[0]).any().item<bool>());
+  EXPECT_TRUE(torch::isnan(out[1]).all().item<bool>());
+  const torch::Tensor host = state.cpu();
+  EXPECT_EQ(host[0].sum().item<float>(), 12.0f);
+  EXPECT_EQ(host[2].sum().item<float>(), 12.0f);
+  EXPECT_EQ(host[1].sum().item<float>(), 24.0f);
+}
+
+}  // namespace
+}  // namespace performer::kernels
