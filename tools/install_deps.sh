@@ -13,6 +13,7 @@ PACKAGES=(
   libspdlog-dev libsentencepiece-dev
   nlohmann-json3-dev
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf
+  fortunes
   clang-format clang-tidy
 )
 

@@ -1,19 +1,40 @@
 """The repository's own models/ folder (what the README's first command
-serves): it loads, its byte tokenizer gives text, and text stays valid UTF-8
-whatever bytes the model emits (a byte-level model can emit any byte, and a
-protobuf string field must hold valid UTF-8)."""
+serves): the trained default model loads, is the default, and continues a
+prompt with English words, not arbitrary bytes. And text stays valid UTF-8
+whatever bytes a byte-level model emits (a protobuf string field must hold
+valid UTF-8): checked on an untrained model of the same shape, made by
+performer-init-model, which emits bytes >= 0x80 in arbitrary order."""
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import unittest
-
-import grpc
 
 import harness
 from harness import pb
 
-REPO_MODELS = os.path.normpath(os.path.join(os.environ.get("PROTO_DIR", ""), "..", "models"))
-MODEL = "performer-byte-tiny"
+REPO_MODELS = os.path.join(harness.REPO, "models")
+MODEL = "performer-fortunes"
+# The training corpus's source (Debian package fortunes / fortunes-min).
+FORTUNES_DIR = "/usr/share/games/fortunes"
+
+
+def init_model_binary():
+    return os.environ.get("PERFORMER_INIT_MODEL") or os.path.join(
+        harness.REPO, "build", "tools", "performer-init-model")
+
+
+def corpus_words():
+    words = set()
+    for name in os.listdir(FORTUNES_DIR):
+        path = os.path.join(FORTUNES_DIR, name)
+        if name.endswith((".dat", ".u8")) or not os.path.isfile(path):
+            continue
+        with open(path, encoding="latin-1") as f:
+            words.update(w.lower() for w in re.findall(r"[A-Za-z]+", f.read()))
+    return words
 
 
 class DefaultModelTest(harness.ServerTestCase):
@@ -23,7 +44,7 @@ class DefaultModelTest(harness.ServerTestCase):
     @classmethod
     def repository_dir(cls):
         if not os.path.isdir(os.path.join(REPO_MODELS, MODEL)):
-            raise unittest.SkipTest("%s is absent" % os.path.join(REPO_MODELS, MODEL))
+            raise AssertionError("%s is missing" % os.path.join(REPO_MODELS, MODEL))
         return REPO_MODELS
 
     def test_listed_as_the_default_byte_model(self):
@@ -35,6 +56,55 @@ class DefaultModelTest(harness.ServerTestCase):
         self.assertEqual(info.tokenizer, "byte")
         self.assertEqual(info.vocab_size, 256)
         self.assertGreater(info.state_bytes_per_sequence, 0)
+
+    def test_shipped_weights_are_bf16(self):
+        path = os.path.join(REPO_MODELS, MODEL, "weights.safetensors")
+        with open(path, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
+        self.assertEqual({e["dtype"] for k, e in header.items() if k != "__metadata__"}, {"BF16"})
+        self.assertLess(os.path.getsize(path), 8 << 20)
+
+    def test_continuations_are_english_words(self):
+        if not os.path.isdir(FORTUNES_DIR):
+            self.fail("%s is missing: apt-get install fortunes (tools/install_deps.sh)"
+                      % FORTUNES_DIR)
+        vocabulary = corpus_words()
+        generated = []
+        for prompt, seed in (("The meaning of life is", 1), ("A programmer", 2),
+                             ("Never trust a man who", 3), ("Q: Why did the chicken", 4)):
+            reply = self.stub.Generate(
+                pb.GenerateRequest(prompt_text=prompt, max_new_tokens=160, seed=seed),
+                timeout=60)
+            self.assertEqual(reply.usage.generated_tokens, 160)
+            generated.append(reply.text)
+        text = " ".join(generated)
+        # Letters, spaces and punctuation, as the corpus: not arbitrary bytes.
+        printable = sum(1 for c in text if c.isprintable() or c in "\n\t")
+        self.assertGreater(printable / len(text), 0.97, repr(text))
+        words = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
+        self.assertGreater(len(words), 60, repr(text))
+        known = sum(1 for w in words if w in vocabulary)
+        # An untrained byte model scores ~0 here; a character model that
+        # learned English spells most of its words right.
+        self.assertGreater(known / len(words), 0.75, repr(text))
+
+
+class UntrainedBytesTest(harness.ServerTestCase):
+    NAME = "untrained_bytes"
+    FLAGS = ("--max_batch=4",)
+
+    @classmethod
+    def repository_dir(cls):
+        repo = harness.make_temp_dir("untrained")
+        out = os.path.join(repo, "untrained")
+        result = subprocess.run(
+            [init_model_binary(), "--config=" + os.path.join(REPO_MODELS, MODEL, "config.json"),
+             "--out=" + out, "--seed=0"], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise AssertionError("performer-init-model failed:\n" + result.stderr[-2000:])
+        shutil.copy(os.path.join(REPO_MODELS, MODEL, "tokenizer.json"), out)
+        return repo
 
     def test_sampled_bytes_always_give_valid_text(self):
         # Sampling at temperature 1 from an untrained byte model emits bytes
@@ -67,9 +137,23 @@ class DefaultModelTest(harness.ServerTestCase):
                                 text=True, timeout=30)
         for flag in ("--port", "--model_repository", "--max_batch", "--max_queue",
                      "--max_new_tokens_limit", "--max_message_bytes", "--keepalive_time_ms",
-                     "--drain_timeout", "--intra_op_threads"):
+                     "--drain_timeout", "--intra_op_threads", "--device"):
             self.assertIn(flag, result.stdout + result.stderr)
 
+    def test_device_without_cuda_is_refused_at_start(self):
+        proc = subprocess.Popen([harness.server_binary(), "--device=cuda",
+                                 "--model_repository=" + self.server.repository_dir, "--port=0",
+                                 "--metrics_port=-1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            self.skipTest("--device=cuda started a server: this machine has CUDA")
+        self.assertEqual(proc.returncode, 2, stderr)
+        self.assertRegex(stderr, r"--device=cuda: (this build's LibTorch has no CUDA|"
+                                 r"no CUDA device is visible)")
 
 if __name__ == "__main__":
     unittest.main()

@@ -60,7 +60,7 @@ class ExamplesTest(harness.ServerTestCase):
 
     def check_listing(self, result):
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertRegex(result.stdout, r"performer-byte-tiny\s+MODEL_KIND_DECODER\s+vocab=256")
+        self.assertRegex(result.stdout, r"performer-fortunes\s+MODEL_KIND_DECODER\s+vocab=256")
         self.assertIn("(default)", result.stdout)
 
     def check_error(self, result):
