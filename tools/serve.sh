@@ -15,11 +15,14 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target performer-serve performer-client
 
 PORT_FILE="$(mktemp)"
-"$BUILD_DIR/server/performer-serve" --port_file="$PORT_FILE" "$@" &
+# The server's log goes to a file until the demo completion is shown (so
+# that request lines do not cut through the streamed text), then is followed.
+LOG="$BUILD_DIR/performer-serve.log"
+"$BUILD_DIR/server/performer-serve" --port_file="$PORT_FILE" "$@" 2>"$LOG" &
 SERVER_PID=$!
 # Ctrl-C / SIGTERM go to the server, which drains and exits 0.
 trap 'kill -TERM "$SERVER_PID" 2>/dev/null || true' INT TERM
-cleanup() { rm -f "$PORT_FILE"; }
+cleanup() { rm -f "$PORT_FILE" "$PORT_FILE.client"; }
 trap cleanup EXIT
 
 # --port_file is written once every model is loaded and warmed up.
@@ -30,16 +33,23 @@ done
 if [ -s "$PORT_FILE" ] && [ -n "${PERFORMER_DEMO_PROMPT-x}" ]; then
   PROMPT="${PERFORMER_DEMO_PROMPT:-The meaning of life is}"
   ADDRESS="localhost:$(cat "$PORT_FILE")"
+  echo "performer-serve is ready on $ADDRESS; a completion of the default model, streamed:"
   echo
   echo "\$ $BUILD_DIR/tools/performer-client --server=$ADDRESS generate --seed=1 \"$PROMPT\""
   printf '%s' "$PROMPT"
+  # The client's summary (finish reason, tokens/s, time to first token) is
+  # on stderr: shown under the text rather than glued to its last line.
   "$BUILD_DIR/tools/performer-client" --server="$ADDRESS" --timeout=60s generate --seed=1 \
-    "$PROMPT" || true
+    "$PROMPT" 2>"$PORT_FILE.client" || true
   echo
-  echo "performer-serve is serving on $ADDRESS (pid $SERVER_PID); Ctrl-C stops it."
+  cat "$PORT_FILE.client"
+  echo "performer-serve keeps serving on $ADDRESS (pid $SERVER_PID); Ctrl-C stops it. Its log:"
 fi
+# The log so far, then as it grows, until the server exits.
+tail -n +1 -f --pid="$SERVER_PID" "$LOG" >&2 &
 status=0
 wait "$SERVER_PID" || status=$?
 # A signal interrupts the first wait; wait again for the drain to finish.
 if kill -0 "$SERVER_PID" 2>/dev/null; then wait "$SERVER_PID" || status=$?; fi
+sleep 0.3  # let tail print the last lines
 exit "$status"
