@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/causal_linear_prefill_cuda.h"
+#include "kernels/cuda/float_conversion.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -15,21 +16,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;  // wmma m = n = k
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half(x);
-}
 
 __host__ __device__ constexpr int RoundUp16(int x) { return (x + 15) / 16 * 16; }
 __host__ __device__ constexpr size_t Align32(size_t bytes) { return (bytes + 31) / 32 * 32; }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/favor_features_cuda.h"
+#include "kernels/cuda/float_conversion.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -14,25 +15,6 @@ constexpr int kTile = 16;
 constexpr int kReduceThreads = 256;
 constexpr int kElementwiseThreads = 256;
 constexpr int64_t kMaxElementwiseBlocks = 65536;
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // u[row, f] = c * sum_d x[row, d] P[f, d]: thread (tx, ty) of block (bx, by)
 // computes row bx * 16 + ty, feature by * 16 + tx; tiles of 16 dims of x and
