@@ -433,6 +433,21 @@ class MetricsTest(unittest.TestCase):
         cls.check(response.cancelled, "Cancel(%s) cancelled nothing" % request_id)
 
     @classmethod
+    def life_cancel_running(cls, request_id, stream, what):
+        """Cancels a running stream with the Cancel RPC: it must end OK with
+        reason cancelled; records it and waits for the engine to go idle."""
+        cls.life_cancel(request_id)
+        r = stream.join(30)
+        cls.check(r is not None and r.code == grpc.StatusCode.OK and r.last is not None
+                  and r.last.finish_reason == pb.FINISH_REASON_CANCELLED, "%s: %r" % (what, r))
+        cls.life_traffic.rpc(DECODER, "GenerateStream", "OK")
+        cls.life_traffic.generation(DECODER, "cancelled", r.last.usage.prompt_tokens,
+                                    r.last.usage.generated_tokens)
+        cls.life_min_tokens += r.last.usage.generated_tokens
+        cls.life_with_tokens += 1 if r.tokens else 0
+        cls.life_idle()
+
+    @classmethod
     def drive_lifecycle(cls):
         """Cancels, overload and a deadline on the slow one-slot server.
         Where the server's own count is not known to the client (tokens
@@ -482,16 +497,7 @@ class MetricsTest(unittest.TestCase):
         request_id = "cancel-rpc-" + uuid.uuid4().hex
         s = StreamInBackground(stub, long_request(request_id))
         cls.check(s.first_message.wait(30), "cancel-rpc: no first message")
-        cls.life_cancel(request_id)
-        r = s.join(30)
-        cls.check(r is not None and r.code == grpc.StatusCode.OK and r.last is not None
-                  and r.last.finish_reason == pb.FINISH_REASON_CANCELLED, "cancel-rpc: %r" % r)
-        t.rpc(DECODER, "GenerateStream", "OK")
-        t.generation(DECODER, "cancelled", r.last.usage.prompt_tokens,
-                     r.last.usage.generated_tokens)
-        cls.life_min_tokens += r.last.usage.generated_tokens
-        cls.life_with_tokens += 1 if r.tokens else 0
-        cls.life_idle()
+        cls.life_cancel_running(request_id, s, "cancel-rpc")
 
         # 3. Overload: one running, one queued, the third is refused; then the
         # queued one is cancelled before it ran, and the running one.
@@ -513,16 +519,7 @@ class MetricsTest(unittest.TestCase):
         t.rpc(DECODER, "GenerateStream", "OK")
         # A generation that reached the engine (its queue) and never ran.
         t.generation(DECODER, "cancelled", len(PROMPT), 0)
-        cls.life_cancel(holder_id)
-        r = holder.join(30)
-        cls.check(r is not None and r.code == grpc.StatusCode.OK and r.last is not None
-                  and r.last.finish_reason == pb.FINISH_REASON_CANCELLED, "holder: %r" % r)
-        t.rpc(DECODER, "GenerateStream", "OK")
-        t.generation(DECODER, "cancelled", r.last.usage.prompt_tokens,
-                     r.last.usage.generated_tokens)
-        cls.life_min_tokens += r.last.usage.generated_tokens
-        cls.life_with_tokens += 1 if r.tokens else 0
-        cls.life_idle()
+        cls.life_cancel_running(holder_id, holder, "holder")
 
         # 4. A stream past its deadline: DEADLINE_EXCEEDED / reason deadline.
         r = harness.collect_stream(stub, long_request("deadline-" + uuid.uuid4().hex),
