@@ -46,11 +46,7 @@ CausalLinearPrefillResult CausalLinearPrefill(const torch::Tensor& phi_q,
                       /*cuda_kernel=*/true);
 #if PERFORMER_CUDA_KERNELS
     // Inference only on CUDA: gradients need the CPU path.
-    TORCH_CHECK(!torch::GradMode::is_enabled() ||
-                    !(phi_q.requires_grad() || phi_k.requires_grad() || values.requires_grad() ||
-                      (initial_state.defined() && initial_state.requires_grad())),
-                "CausalLinearPrefill: no CUDA backward kernel; run under torch::NoGradGuard on "
-                "CUDA, or differentiate on the CPU");
+    CheckNoCudaGradients("CausalLinearPrefill", {&phi_q, &phi_k, &values, &initial_state});
     cuda::CausalLinearPrefillOutputs outputs =
         cuda::CausalLinearPrefillCuda(phi_q, phi_k, values, initial_state);
     return {outputs.out, outputs.final_state};

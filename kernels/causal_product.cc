@@ -43,10 +43,7 @@ torch::Tensor CausalDotProduct(const torch::Tensor& queries, const torch::Tensor
     CheckKernelDevice("CausalDotProduct", queries, {&keys, &values}, /*cuda_kernel=*/true);
 #if PERFORMER_CUDA_KERNELS
     // Inference only on CUDA: the backward pass has a CPU kernel alone.
-    TORCH_CHECK(!torch::GradMode::is_enabled() ||
-                    !(queries.requires_grad() || keys.requires_grad() || values.requires_grad()),
-                "CausalDotProduct: no CUDA backward kernel; run under torch::NoGradGuard on "
-                "CUDA, or differentiate on the CPU");
+    CheckNoCudaGradients("CausalDotProduct", {&queries, &keys, &values});
     return cuda::CausalDotProductCuda(queries, keys, values);
 #endif
   }

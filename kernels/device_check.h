@@ -4,6 +4,7 @@
 // tensors only when this build did not compile kernels/cuda.
 #pragma once
 
+#include <ATen/core/grad_mode.h>
 #include <torch/types.h>
 
 #include <initializer_list>
@@ -28,6 +29,19 @@ inline void CheckKernelDevice(const char* op, const torch::Tensor& reference,
   TORCH_CHECK(reference.device().is_cpu(), op, ": no kernel for device ", reference.device(),
               cuda_kernel ? "" : " (this op has only a CPU kernel)",
               "; move the tensors to the CPU");
+}
+
+// The CUDA kernels are forward-only: under grad mode an input that requires
+// a gradient is refused (the CPU kernels keep their backward passes).
+// Undefined (optional) inputs are skipped.
+inline void CheckNoCudaGradients(const char* op,
+                                 std::initializer_list<const torch::Tensor*> inputs) {
+  if (!at::GradMode::is_enabled()) return;
+  for (const torch::Tensor* t : inputs) {
+    TORCH_CHECK(!t->defined() || !t->requires_grad(), op,
+                ": no CUDA backward kernel; run under torch::NoGradGuard on CUDA, or "
+                "differentiate on the CPU");
+  }
 }
 
 }  // namespace performer::kernels

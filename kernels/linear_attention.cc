@@ -24,10 +24,7 @@ torch::Tensor LinearAttentionForward(const torch::Tensor& phi_q, const torch::Te
               "LinearAttention: phi_q, phi_k and v must share one floating dtype");
   if (phi_q.is_cuda()) {
 #if PERFORMER_CUDA_KERNELS
-    TORCH_CHECK(!torch::GradMode::is_enabled() ||
-                    !(phi_q.requires_grad() || phi_k.requires_grad() || v.requires_grad()),
-                "LinearAttention: no CUDA backward kernel; run under torch::NoGradGuard on CUDA, "
-                "or differentiate on the CPU");
+    CheckNoCudaGradients("LinearAttention", {&phi_q, &phi_k, &v});
     return cuda::LinearAttentionCuda(phi_q, phi_k, v, eps);
 #endif
   }

@@ -73,10 +73,7 @@ torch::Tensor LocalDotProduct(const torch::Tensor& queries, const torch::Tensor&
                       /*cuda_kernel=*/true);
 #if PERFORMER_CUDA_KERNELS
     // Inference only on CUDA: the backward pass has a CPU kernel alone.
-    TORCH_CHECK(
-        !torch::GradMode::is_enabled() || !(queries.requires_grad() || keys.requires_grad()),
-        "LocalDotProduct: no CUDA backward kernel; run under torch::NoGradGuard on "
-        "CUDA, or differentiate on the CPU");
+    CheckNoCudaGradients("LocalDotProduct", {&queries, &keys});
     return cuda::LocalDotProductCuda(queries, keys, attn_mask_finite, key_lengths, local_context);
 #endif
   }
@@ -88,10 +85,7 @@ torch::Tensor LocalWeightedAverage(const torch::Tensor& attention, const torch::
   if (attention.is_cuda()) {
     CheckKernelDevice("LocalWeightedAverage", attention, {&values}, /*cuda_kernel=*/true);
 #if PERFORMER_CUDA_KERNELS
-    TORCH_CHECK(
-        !torch::GradMode::is_enabled() || !(attention.requires_grad() || values.requires_grad()),
-        "LocalWeightedAverage: no CUDA backward kernel; run under torch::NoGradGuard on "
-        "CUDA, or differentiate on the CPU");
+    CheckNoCudaGradients("LocalWeightedAverage", {&attention, &values});
     return cuda::LocalWeightedAverageCuda(attention, values);
 #endif
   }
