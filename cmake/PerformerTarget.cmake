@@ -27,3 +27,17 @@ function(performer_gpu_kernel_bench)
   performer_torch_pch(gpu_kernel_bench)
   target_link_libraries(gpu_kernel_bench PRIVATE performer_kernels)
 endfunction()
+
+# bench/gpu_decode_bench: whole-model decoding, CUDA vs CPU; core/ without
+# Google Benchmark. Uses bench/'s support library when bench/ defines it.
+function(performer_gpu_decode_bench)
+  add_executable(gpu_decode_bench ${CMAKE_SOURCE_DIR}/bench/gpu_decode_bench.cc)
+  performer_target_defaults(gpu_decode_bench)
+  performer_torch_pch(gpu_decode_bench)
+  if(TARGET performer_bench_support)
+    target_link_libraries(gpu_decode_bench PRIVATE performer_bench_support)
+  else()
+    target_sources(gpu_decode_bench PRIVATE ${CMAKE_SOURCE_DIR}/bench/bench_model.cc)
+    target_link_libraries(gpu_decode_bench PRIVATE performer_core)
+  endif()
+endfunction()

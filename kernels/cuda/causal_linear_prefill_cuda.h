@@ -9,17 +9,22 @@
 // (batch_heads, M, E) float32 or nullptr (= 0); out (batch_heads, L, E) and
 // final_state (batch_heads, M, E) float32.
 //
-// Schedule: one block of 256 threads per (sequence b, tile of `et` value
-// columns); it walks the chunks of its sequence in order, carrying the M x et
-// float32 state slice in shared memory (sequential over chunks inside a
-// block: no second pass, no state written per chunk; the parallelism is
-// N*H*ceil(E/et) blocks, and et is narrowed, down to 32, while that is below
-// the SM count). Per chunk of C tokens:
+// Schedule: blocks of 256 threads, one per (sequence b, segment, tile of et
+// value columns); a block walks the chunks of its segment in order,
+// carrying the M x et float32 state slice in shared memory. A sequence is
+// one segment when the sequences' column tiles alone fill the SMs; else it
+// is split into segments of at least 2 chunks, until they do, in two
+// passes: (a) each segment's sum of k (x) v from zero, into the workspace;
+// a prefix scan over segments turns those into each segment's starting
+// state (and gives the final state); (b) each segment's outputs from its
+// starting state. Short sequences narrow et, down to 32, instead. Per chunk
+// of C tokens:
 //   1. stage Qc, Kc (C x M) and Vc (C x et) in shared memory, zero padded to
 //      multiples of 16 (rows past L, features past M, columns past E);
+//      16-byte loads for 16-bit inputs with M a multiple of 16;
 //   2. P = Qc Kc^T on the lower-triangular 16 x 16 tiles only, masked j <= i;
 //   3. Oc = Qc S + P Vc, written to out (valid rows and columns only);
-//   4. S += Kc^T Vc.
+//   4. S += Kc^T Vc (pass (a) does only this step).
 // bfloat16 / float16: C = 64, the products on tensor cores (nvcuda::wmma
 // 16x16x16, float32 accumulation); P and a copy of S are rounded to the
 // input dtype as tensor-core operands, S itself stays float32. float32: C = 32,
@@ -28,8 +33,9 @@
 // per state element): M up to about 512 fits on an H100 (227 KB per block);
 // larger M returns an error. Returns a CUDA error string or nullptr.
 //
-// Status: called by kernels/causal_linear_prefill.cc for CUDA tensors;
-// compiled by CI (nvcc) but not yet run on a GPU (docs/gpu.md).
+// The workspace holds (batch_heads, segments, M, E) float32 states: at least
+// CausalLinearPrefillWorkspaceFloats(...) floats (0 when the prefill runs in
+// one pass, where it may be nullptr).
 #pragma once
 
 #include <cstdint>
@@ -38,9 +44,14 @@ namespace performer::kernels::cuda {
 
 enum class PrefillDtype { kFloat32, kBFloat16, kFloat16 };
 
+int64_t CausalLinearPrefillWorkspaceFloats(PrefillDtype dtype, int64_t batch_heads, int64_t length,
+                                           int64_t feature_dims, int64_t value_dims);
+
 const char* CausalLinearPrefillForward(PrefillDtype dtype, const void* q, const void* k,
                                        const void* v, const float* initial_state, float* out,
-                                       float* final_state, int64_t batch_heads, int64_t length,
-                                       int64_t feature_dims, int64_t value_dims, void* stream);
+                                       float* final_state, float* workspace,
+                                       int64_t workspace_floats, int64_t batch_heads,
+                                       int64_t length, int64_t feature_dims, int64_t value_dims,
+                                       void* stream);
 
 }  // namespace performer::kernels::cuda

@@ -27,11 +27,17 @@ CausalLinearPrefillOutputs CausalLinearPrefillCuda(const torch::Tensor& phi_q,
   PrefillDtype dtype = PrefillDtype::kFloat32;
   if (compute == torch::kBFloat16) dtype = PrefillDtype::kBFloat16;
   if (compute == torch::kHalf) dtype = PrefillDtype::kFloat16;
-  CheckLaunch(CausalLinearPrefillForward(dtype, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                         initial.defined() ? initial.data_ptr<float>() : nullptr,
-                                         out.data_ptr<float>(), final_state.data_ptr<float>(),
-                                         N * H, L, M, E, CurrentStream(q)),
-              "CausalLinearPrefill");
+  // Long sequences run as parallel segments whose partial states live here.
+  const int64_t workspace_floats = CausalLinearPrefillWorkspaceFloats(dtype, N * H, L, M, E);
+  torch::Tensor workspace;
+  if (workspace_floats > 0) workspace = torch::empty({workspace_floats}, float_options);
+  CheckLaunch(
+      CausalLinearPrefillForward(dtype, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                 initial.defined() ? initial.data_ptr<float>() : nullptr,
+                                 out.data_ptr<float>(), final_state.data_ptr<float>(),
+                                 workspace.defined() ? workspace.data_ptr<float>() : nullptr,
+                                 workspace_floats, N * H, L, M, E, CurrentStream(q)),
+      "CausalLinearPrefill");
   return {out, final_state};
 }
 

@@ -2,8 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "kernels/cuda/causal_product_cuda.h"
-#include "kernels/cuda/torch_cuda.h"
+#include "kernels/cuda/causal_linear_prefill_launch.h"
 
 namespace performer::kernels::cuda {
 
@@ -14,16 +13,11 @@ torch::Tensor CausalDotProductCuda(const torch::Tensor& queries, const torch::Te
                   values.size(2) == queries.size(2),
               "CausalDotProduct: expected Q, K (N,H,L,E) and V (N,H,L,M), got ", queries.sizes(),
               ", ", keys.sizes(), ", ", values.sizes());
-  const torch::Tensor q = queries.to(torch::kFloat).contiguous();
-  const torch::Tensor k = keys.to(torch::kFloat).contiguous();
-  const torch::Tensor v = values.to(torch::kFloat).contiguous();
-  torch::Tensor out = torch::empty(v.sizes(), v.options());
-  const int64_t batch_heads = q.size(0) * q.size(1);
-  CheckLaunch(CausalDotProductForward(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                                      out.data_ptr<float>(), batch_heads, q.size(2), q.size(3),
-                                      v.size(3), CurrentStream(q)),
-              "CausalDotProduct");
-  return out.to(values.scalar_type());
+  // float32 operands keep the reference's precision (the prefill runs
+  // 16-bit inputs on tensor cores).
+  const CausalLinearPrefillOutputs result = CausalLinearPrefillCuda(
+      queries.to(torch::kFloat), keys.to(torch::kFloat), values.to(torch::kFloat), torch::Tensor());
+  return result.out.to(values.scalar_type());
 }
 
 }  // namespace performer::kernels::cuda

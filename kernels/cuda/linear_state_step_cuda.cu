@@ -28,8 +28,9 @@ __device__ float WarpSum(float x) {
   return x;
 }
 
-// Block r steps row r (see the header). Shared memory, in floats:
-// q (M) | k (M) | acc (E + 1) | partial (blockDim.x * blockDim.y) | scalars.
+// Block r steps row r (see the header); blocks are one-dimensional.
+// Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
+// (blockDim.x) | scalars.
 __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   extern __shared__ float shared[];
   const int m = static_cast<int>(a.features);
@@ -39,10 +40,10 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   float* k_s = q_s + m;
   float* acc_s = k_s + m;
   float* partial = acc_s + c;
-  float* scalars = partial + blockDim.x * blockDim.y;
+  float* scalars = partial + blockDim.x;
   const int64_t r = blockIdx.x;
-  const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-  const int threads = static_cast<int>(blockDim.x * blockDim.y);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
   const int64_t slot = a.slots != nullptr ? a.slots[r] : r;
   const int out_columns = a.normalize ? e : c;
   if (slot < 0 || slot >= a.pool) {
@@ -103,27 +104,55 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
     if (tid == 0) scalars[kQuerySum] = q_sum;
   }
 
-  // 2. Update and read-out: thread (x, y) owns column j0 + x of features
-  // y, y + blockDim.y, ...; every state element is touched by one thread.
+  // 2. Update and read-out. With C <= threads, thread t owns column
+  // t % C of features t / C, t / C + G, ... (G = threads / C groups): the
+  // block walks the row's M x C state as one contiguous array, so every
+  // load and store is coalesced and no lane idles on a partial warp of
+  // columns. Wider states take the columns threads at a time (G = 1). Each
+  // state element is read and written once; loads are batched kUnroll deep
+  // so that each thread keeps several in flight.
   const float decay = scalars[kDecay];
-  for (int j0 = 0; j0 < c; j0 += blockDim.x) {
-    const int j = j0 + static_cast<int>(threadIdx.x);
+  const bool grouped = c <= threads;
+  const int groups = grouped ? threads / c : 1;
+  const int64_t stride = static_cast<int64_t>(groups) * c;
+  for (int j0 = 0; j0 < c; j0 += grouped ? c : threads) {
+    const int j = grouped ? tid % c : j0 + tid;
+    const int f0 = grouped ? tid / c : 0;
+    const bool active = grouped ? tid < groups * c : j < c;
     float acc = 0.0f;
-    if (j < c) {
+    if (active) {
       const float vj = j < e ? v[j] : 1.0f;
-      for (int f = static_cast<int>(threadIdx.y); f < m; f += blockDim.y) {
-        float* s = state + static_cast<int64_t>(f) * c + j;
+      float* s = state + static_cast<int64_t>(f0) * c + j;
+      int f = f0;
+      constexpr int kUnroll = 8;
+      for (; f + (kUnroll - 1) * groups < m; f += kUnroll * groups, s += kUnroll * stride) {
+        float x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) x[u] = s[u * stride];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int fu = f + u * groups;
+          x[u] = x[u] * decay + k_s[fu] * vj;
+          s[u * stride] = x[u];
+          acc += q_s[fu] * x[u];
+        }
+      }
+      for (; f < m; f += groups, s += stride) {
         const float updated = *s * decay + k_s[f] * vj;
         *s = updated;
         acc += q_s[f] * updated;
       }
     }
-    partial[threadIdx.y * blockDim.x + threadIdx.x] = acc;
+    partial[tid] = acc;
     __syncthreads();
-    if (threadIdx.y == 0 && j < c) {
-      float total = 0.0f;
-      for (unsigned y = 0; y < blockDim.y; ++y) total += partial[y * blockDim.x + threadIdx.x];
-      acc_s[j] = total;
+    if (grouped) {
+      for (int jj = tid; jj < c; jj += threads) {
+        float total = 0.0f;
+        for (int g = 0; g < groups; ++g) total += partial[g * c + jj];
+        acc_s[jj] = total;
+      }
+    } else if (j < c) {
+      acc_s[j] = acc;
     }
     __syncthreads();
   }
@@ -168,14 +197,9 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
   }
   if (args.rows > 0x7fffffff) return "too many rows for one grid";
   if (args.rows == 0) return nullptr;
-  int64_t block_x = (args.columns + 31) / 32 * 32;
-  if (block_x > kThreadsPerBlock) block_x = kThreadsPerBlock;
-  int64_t block_y = kThreadsPerBlock / block_x;
-  if (block_y > args.features) block_y = args.features;
-  const int64_t shared_floats = 2 * args.features + args.columns + block_x * block_y + kScalars;
+  const int64_t shared_floats = 2 * args.features + args.columns + kThreadsPerBlock + kScalars;
   if (shared_floats > kMaxStateStepSharedFloats) return "2 M + E too large for shared memory";
-  const dim3 block(static_cast<unsigned>(block_x), static_cast<unsigned>(block_y));
-  LinearStateStepKernel<<<static_cast<unsigned>(args.rows), block,
+  LinearStateStepKernel<<<static_cast<unsigned>(args.rows), kThreadsPerBlock,
                           sizeof(float) * static_cast<size_t>(shared_floats),
                           static_cast<cudaStream_t>(stream)>>>(args);
   cudaError_t err = cudaGetLastError();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/parity/case_runner.h"
+#include "tests/testing/cuda_device.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::testing {
@@ -16,8 +17,9 @@ std::map<std::string, CaseRunner>& CaseRunners() {
 
 namespace {
 
-void RunCase(const std::string& family, const std::string& name) {
-  absl::StatusOr<FixtureCase> c = LoadCase(family, name);
+void RunCase(const std::string& family, const std::string& name,
+             torch::Device device = torch::kCPU) {
+  absl::StatusOr<FixtureCase> c = LoadCase(family, name, device);
   ASSERT_TRUE(c.ok()) << c.status();
   // fast-transformers cases name their kind; performer-pytorch cases their model_class.
   const std::string kind = c->spec.value("kind", c->spec.value("model_class", ""));
@@ -48,6 +50,19 @@ std::string CaseName(const ::testing::TestParamInfo<std::string>& info) {
 
 PERFORMER_FAMILY_SUITE(FastTransformersParity, "fast_transformers")
 PERFORMER_FAMILY_SUITE(PerformerParity, "performer")
+
+// The performer-pytorch cases again with the model, its inputs and the
+// recurrent decoder's state on the GPU: full forwards, encoder-decoder
+// logits and greedy decoding (tokens equal to the CPU reference's) on CUDA.
+// Skipped, saying why, where LibTorch has no CUDA or no GPU is visible.
+class PerformerParityCuda : public ::testing::TestWithParam<std::string> {};
+TEST_P(PerformerParityCuda, Case) {
+  PERFORMER_REQUIRE_CUDA();
+  RunCase("performer", GetParam(), torch::kCUDA);
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, PerformerParityCuda, ::testing::ValuesIn(ListCases("performer")),
+                         CaseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PerformerParityCuda);
 
 }  // namespace
 }  // namespace performer::testing

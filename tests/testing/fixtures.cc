@@ -54,9 +54,11 @@ const torch::Tensor& FixtureCase::expect(const std::string& n) const {
 double FixtureCase::atol() const { return spec.at("tolerance").value("atol", 0.0); }
 double FixtureCase::rtol() const { return spec.at("tolerance").value("rtol", 0.0); }
 
-absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::string& name) {
+absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::string& name,
+                                     torch::Device device) {
   FixtureCase c;
   c.name = name;
+  c.device = device;
   c.dir = (fs::path(FixtureRoot()) / family / name).string();
   std::ifstream in(fs::path(c.dir) / "case.json");
   if (!in) return absl::NotFoundError(absl::StrCat(c.dir, "/case.json: cannot open"));
@@ -87,6 +89,11 @@ absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::strin
     }
   }
   for (auto& [name, tensor] : io) (input_names.count(name) ? c.inputs : c.expected)[name] = tensor;
+  if (!device.is_cpu()) {
+    for (auto* tensors : {&c.inputs, &c.params}) {
+      for (auto& [name, tensor] : *tensors) tensor = tensor.to(device);
+    }
+  }
   return c;
 }
 

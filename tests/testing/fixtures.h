@@ -30,8 +30,11 @@ struct FixtureCase {
   std::string dir;
   nlohmann::json spec;  // case.json
   std::map<std::string, torch::Tensor> inputs;
-  std::map<std::string, torch::Tensor> params;  // Empty when the file is absent.
-  std::map<std::string, torch::Tensor> expected;
+  std::map<std::string, torch::Tensor> params;    // Empty when the file is absent.
+  std::map<std::string, torch::Tensor> expected;  // Always on the CPU.
+  // Where the case runs: inputs and params are loaded onto it, and runners
+  // move their models there (the CUDA parity suite uses kCUDA).
+  torch::Device device = torch::kCPU;
 
   const torch::Tensor& input(const std::string& name) const;
   const torch::Tensor& expect(const std::string& name) const;
@@ -39,7 +42,8 @@ struct FixtureCase {
   double rtol() const;
 };
 
-absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::string& name);
+absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::string& name,
+                                     torch::Device device = torch::kCPU);
 
 // Elementwise |actual - expected| <= atol + rtol * |expected| (NaNs must match
 // NaNs, infinities must match exactly). Returns a description of the worst

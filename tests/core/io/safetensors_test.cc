@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing/remove_tree.h"
+
 namespace performer::io {
 namespace {
 
@@ -22,7 +24,7 @@ class SafetensorsTest : public ::testing::Test {
          "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { ::performer::testing::RemoveTree(dir_); }
 
   // Writes a file made of a header (as given) and `data_bytes` zero bytes.
   std::string WriteRaw(const std::string& header, size_t data_bytes, const char* name = "f") {

@@ -9,6 +9,7 @@
 #include "core/io/state_dict.h"
 #include "tests/core/models/model_test_util.h"
 #include "tests/testing/fixtures.h"
+#include "tests/testing/remove_tree.h"
 
 namespace performer::models {
 namespace {
@@ -36,7 +37,7 @@ class ModelFolderTest : public ::testing::Test {
     model_ = testing::RandomLM(testing::TinyLMConfig());
     weights_ = io::StateDict(*model_.lm);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { ::performer::testing::RemoveTree(dir_); }
 
   void Write(const nlohmann::json& config, const std::map<std::string, torch::Tensor>& weights) {
     std::ofstream(dir_ / "config.json") << config.dump(2);

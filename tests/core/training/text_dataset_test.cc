@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/training/window_sampler.h"
+#include "tests/testing/remove_tree.h"
 
 namespace performer::training {
 namespace {
@@ -77,7 +78,7 @@ TEST(TextDatasetTest, ConcatenatesFilesAndNamesAMissingOne) {
   absl::StatusOr<TextDataset> missing = TextDataset::FromFiles({(dir / "c.txt").string()}, 0.0);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("c.txt"), std::string::npos);
-  std::filesystem::remove_all(dir);
+  ::performer::testing::RemoveTree(dir);
 }
 
 TEST(TextDatasetTest, RejectsEmptyCorpusAndBadFractions) {

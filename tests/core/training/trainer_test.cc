@@ -11,6 +11,7 @@
 
 #include "core/io/safetensors.h"
 #include "core/training/checkpoint.h"
+#include "tests/testing/remove_tree.h"
 
 namespace performer::training {
 namespace {
@@ -81,7 +82,7 @@ class TrainerTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { ::performer::testing::RemoveTree(dir_); }
   fs::path dir_;
 };
 

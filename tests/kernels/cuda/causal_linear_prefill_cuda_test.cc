@@ -84,7 +84,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalLinearPrefillCudaTest,
                          ::testing::Values(Shape{1, 1, 1, 1, 1}, Shape{1, 1, 63, 16, 16},
                                            Shape{2, 3, 65, 33, 65}, Shape{1, 2, 200, 64, 64},
                                            Shape{64, 1, 37, 20, 9}, Shape{1, 8, 1000, 256, 65},
-                                           Shape{2, 1, 130, 512, 17}, Shape{1, 1, 0, 8, 4}),
+                                           Shape{2, 1, 130, 512, 17}, Shape{1, 1, 0, 8, 4},
+                                           Shape{1, 2, 3001, 64, 33}),
                          Name);
 
 TEST(CausalLinearPrefillCudaChecks, RefusesGradientsOnCuda) {

@@ -24,13 +24,17 @@ TEST_P(CausalDotProductCudaTest, MatchesCpuKernel) {
   torch::NoGradGuard no_grad;
   const torch::Tensor expected = CausalDotProduct(q, k, v);
   const torch::Tensor got = CausalDotProduct(q.cuda(), k.cuda(), v.cuda()).cpu();
-  EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
-      << "max |diff| " << (got - expected).abs().max().item<float>();
+  // float32 sums in another order: the error grows with the output's scale
+  // (about 300 at M = 256, L = 300), so it is bounded relative to it.
+  const double scale = expected.numel() > 0 ? expected.abs().max().item<double>() : 0.0;
+  const double error = expected.numel() > 0 ? (got - expected).abs().max().item<double>() : 0.0;
+  EXPECT_LE(error, 1e-5 * scale + 1e-5) << "max |diff| " << error << ", output scale " << scale;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalDotProductCudaTest,
                          ::testing::Values(Shape{1, 1, 1, 1, 1}, Shape{2, 3, 37, 16, 24},
-                                           Shape{1, 4, 129, 64, 64}, Shape{64, 1, 5, 32, 17}));
+                                           Shape{1, 4, 129, 64, 64}, Shape{64, 1, 5, 32, 17},
+                                           Shape{1, 2, 300, 256, 65}));
 
 TEST(CausalDotProductCudaTest, RefusesGradientsOnCuda) {
   PERFORMER_REQUIRE_CUDA();

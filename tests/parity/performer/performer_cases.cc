@@ -38,20 +38,28 @@ bool Has(const FixtureCase& c, const std::string& name) {
   return c.inputs.count(name) > 0 || c.expected.count(name) > 0;
 }
 
-const torch::Tensor& Get(const FixtureCase& c, const std::string& name) {
+// By value: a reference bound to the result of a call with a temporary
+// argument is a dangling-reference warning (an error here) on GCC 13.
+torch::Tensor Get(const FixtureCase& c, const std::string& name) {
   auto it = c.inputs.find(name);
   if (it != c.inputs.end()) return it->second;
   return c.expect(name);
 }
 
+// Loads the case's model folder onto the case's device.
 models::LoadedModel LoadOrFail(const FixtureCase& c) {
   absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(c.dir);
   if (!model.ok()) throw std::runtime_error(std::string(model.status().message()));
+  if (!c.device.is_cpu()) {
+    if (model->lm) model->lm->to(c.device);
+    if (model->encdec) model->encdec->to(c.device);
+    if (model->fast_attention) model->fast_attention->to(c.device);
+  }
   return *std::move(model);
 }
 
 std::vector<int64_t> ToVector(const torch::Tensor& t) {
-  torch::Tensor flat = t.reshape(-1).to(torch::kLong).contiguous();
+  torch::Tensor flat = t.reshape(-1).to(torch::kCPU).to(torch::kLong).contiguous();
   return std::vector<int64_t>(flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel());
 }
 
@@ -168,48 +176,49 @@ void RunPerformerEncDec(const FixtureCase& c) {
   models::LoadedModel model = LoadOrFail(c);
   models::PerformerEncDec encdec = model.encdec;
   torch::NoGradGuard no_grad;
-  RunChecks(c, {{"encoder",
-                 [&](const nlohmann::json&, const Tolerance& tol) {
-                   EXPECT_TENSOR_CLOSE(encdec->Encode(Get(c, "enc_tokens"), Get(c, "enc_mask")),
-                                       c.expect("encodings"), tol.atol, tol.rtol);
-                 }},
-                {"decoder_logits",
-                 [&](const nlohmann::json&, const Tolerance& tol) {
-                   torch::Tensor own = encdec->Encode(Get(c, "enc_tokens"), Get(c, "enc_mask"));
-                   for (const torch::Tensor& encodings : {c.expect("encodings"), own}) {
-                     EXPECT_TENSOR_CLOSE(
-                         encdec->DecoderLogits(Get(c, "dec_tokens"), encodings, Get(c, "enc_mask")),
-                         c.expect("dec_logits"), tol.atol, tol.rtol);
-                   }
-                 }},
-                {"training_loss",
-                 [&](const nlohmann::json&, const Tolerance& tol) {
-                   EXPECT_TENSOR_CLOSE(
-                       encdec->Loss(Get(c, "enc_tokens"), Get(c, "dec_tokens"), Get(c, "enc_mask")),
-                       c.expect("loss"), tol.atol, tol.rtol);
-                 }},
-                {"greedy_generate", [&](const nlohmann::json& check, const Tolerance& tol) {
-                   const torch::Tensor& enc_mask = Get(c, "gen_enc_mask");
-                   torch::Tensor encodings = encdec->Encode(Get(c, "gen_enc_tokens"), enc_mask);
-                   EXPECT_TENSOR_CLOSE(encodings, c.expect("gen_encodings"), tol.atol, tol.rtol);
-                   decoding::PrefillRequest request;
-                   request.prompt = ToVector(Get(c, "gen_start"));
-                   request.source = ToVector(Get(c, "gen_enc_tokens"));
-                   request.source_mask = ToBoolVector(enc_mask);
-                   std::optional<int64_t> eos;
-                   if (check.contains("eos_token")) eos = check["eos_token"].get<int64_t>();
-                   std::string with_eos =
-                       check.contains("with_eos") ? check["with_eos"].value("expected", "") : "";
-                   CheckRecurrentGreedy(c, model, request, c.expect("gen_tokens"),
-                                        c.expect("gen_step_logits"), eos, with_eos);
-                 }}});
+  RunChecks(c,
+            {{"encoder",
+              [&](const nlohmann::json&, const Tolerance& tol) {
+                EXPECT_TENSOR_CLOSE(encdec->Encode(Get(c, "enc_tokens"), Get(c, "enc_mask")),
+                                    c.expect("encodings"), tol.atol, tol.rtol);
+              }},
+             {"decoder_logits",
+              [&](const nlohmann::json&, const Tolerance& tol) {
+                torch::Tensor own = encdec->Encode(Get(c, "enc_tokens"), Get(c, "enc_mask"));
+                for (const torch::Tensor& encodings : {c.expect("encodings").to(c.device), own}) {
+                  EXPECT_TENSOR_CLOSE(
+                      encdec->DecoderLogits(Get(c, "dec_tokens"), encodings, Get(c, "enc_mask")),
+                      c.expect("dec_logits"), tol.atol, tol.rtol);
+                }
+              }},
+             {"training_loss",
+              [&](const nlohmann::json&, const Tolerance& tol) {
+                EXPECT_TENSOR_CLOSE(
+                    encdec->Loss(Get(c, "enc_tokens"), Get(c, "dec_tokens"), Get(c, "enc_mask")),
+                    c.expect("loss"), tol.atol, tol.rtol);
+              }},
+             {"greedy_generate", [&](const nlohmann::json& check, const Tolerance& tol) {
+                const torch::Tensor enc_mask = Get(c, "gen_enc_mask");
+                torch::Tensor encodings = encdec->Encode(Get(c, "gen_enc_tokens"), enc_mask);
+                EXPECT_TENSOR_CLOSE(encodings, c.expect("gen_encodings"), tol.atol, tol.rtol);
+                decoding::PrefillRequest request;
+                request.prompt = ToVector(Get(c, "gen_start"));
+                request.source = ToVector(Get(c, "gen_enc_tokens"));
+                request.source_mask = ToBoolVector(enc_mask);
+                std::optional<int64_t> eos;
+                if (check.contains("eos_token")) eos = check["eos_token"].get<int64_t>();
+                std::string with_eos =
+                    check.contains("with_eos") ? check["with_eos"].value("expected", "") : "";
+                CheckRecurrentGreedy(c, model, request, c.expect("gen_tokens"),
+                                     c.expect("gen_step_logits"), eos, with_eos);
+              }}});
 }
 
 void RunFastAttention(const FixtureCase& c) {
   models::LoadedModel model = LoadOrFail(c);
   torch::NoGradGuard no_grad;
   RunChecks(c, {{"fast_attention", [&](const nlohmann::json&, const Tolerance& tol) {
-                   const torch::Tensor &q = Get(c, "q"), &k = Get(c, "k"), &v = Get(c, "v");
+                   const torch::Tensor q = Get(c, "q"), k = Get(c, "k"), v = Get(c, "v");
                    EXPECT_TENSOR_CLOSE(model.fast_attention(q, k, v), c.expect("out"), tol.atol,
                                        tol.rtol);
                    if (Has(c, "debug.q_prime")) {

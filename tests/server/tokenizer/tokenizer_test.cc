@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "server/tokenizer/sentencepiece_model.h"
+#include "tests/testing/remove_tree.h"
 
 namespace performer::server {
 namespace {
@@ -82,7 +83,7 @@ class SentencePieceTest : public ::testing::Test {
     ASSERT_EQ(error, "");
   }
   static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
+    ::performer::testing::RemoveTree(*dir_);
     delete dir_;
   }
   static fs::path* dir_;
@@ -124,7 +125,7 @@ TEST(LoadTokenizerTest, FolderWithoutTokenizerAndBadFiles) {
   EXPECT_NE(bad.message().find("unknown tokenizer type \"wordpiece\""), std::string::npos) << bad;
   std::ofstream(dir / "tokenizer.json") << R"({"type": "sentencepiece", "model": "missing.model"})";
   EXPECT_FALSE(LoadTokenizer(dir.string()).ok());
-  fs::remove_all(dir);
+  ::performer::testing::RemoveTree(dir);
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+// Whole-model recurrent decoding on the GPU against the CPU, in one run, on
+// the bench model (bench/bench_model.h: causal PerformerLM, vocab 256, dim
+// 512, depth 6, heads 8, dim_head 64, nb_features 256, fp32).
+//
+// For batch B = 1, 64, 256 it times PerformerDecoder::Step, the batched
+// step the serving engine runs once per iteration (every sequence of the
+// batch advances one token; the logits come back to the host for sampling),
+// after a 16-token prefill of each sequence:
+//   - tokens/s on the CPU (all cores) and on CUDA, and their ratio;
+//   - on CUDA, the achieved memory bandwidth: (weight bytes + B x state
+//     bytes) read per step / step time, as a fraction of the device copy
+//     bandwidth measured in the same run (bytes read + written by a 1 GiB
+//     device-to-device copy).
+//
+// Usage: gpu_decode_bench [--cpu-steps N] [--cuda-steps N]  (default 8, 100).
+// Prints a markdown report; exits 1 where LibTorch has no CUDA device.
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_model.h"
+#include "core/decoding/performer_decoder.h"
+#include "core/models/performer_lm.h"
+
+namespace performer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+void Synchronize(const torch::Device& device) {
+  // A host copy of one element waits for the device's queued work.
+  if (device.is_cuda()) (void)torch::zeros({1}, torch::Device(device)).cpu();
+}
+
+// Bytes read + written per second by a device-to-device copy of 1 GiB.
+double CopyBandwidth(const torch::Device& device) {
+  const int64_t n = int64_t{1} << 28;  // floats
+  torch::Tensor src = torch::rand({n}, torch::TensorOptions().device(device));
+  torch::Tensor dst = torch::empty_like(src);
+  for (int i = 0; i < 3; ++i) dst.copy_(src);
+  Synchronize(device);
+  const int reps = 20;
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < reps; ++i) dst.copy_(src);
+  Synchronize(device);
+  return 2.0 * static_cast<double>(n) * 4 * reps / Seconds(start);
+}
+
+int64_t WeightBytes(const torch::nn::Module& module) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : module.parameters()) bytes += t.numel() * t.element_size();
+  for (const torch::Tensor& t : module.buffers()) bytes += t.numel() * t.element_size();
+  return bytes;
+}
+
+struct StepTiming {
+  double seconds_per_step = 0;
+  int64_t state_bytes_per_sequence = 0;
+};
+
+// A fresh copy of the (seeded) bench model per run, moved to `device`.
+StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps) {
+  torch::manual_seed(0);
+  models::LoadedModel model = bench::BenchModel(bench::BenchConfig(1024));
+  model.lm->to(device);
+  absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
+      decoding::PerformerDecoder::Create(std::move(model), batch);
+  if (!decoder.ok()) {
+    std::fprintf(stderr, "decoder: %s\n", std::string(decoder.status().message()).c_str());
+    std::exit(1);
+  }
+  std::vector<decoding::SequenceId> ids;
+  std::vector<int64_t> tokens;
+  decoding::PrefillRequest prompt;
+  prompt.prompt = bench::RandomTokens(16, 256);
+  for (int64_t b = 0; b < batch; ++b) {
+    absl::StatusOr<decoding::SequenceId> id = (*decoder)->Create();
+    if (!id.ok() || !(*decoder)->Prefill(*id, prompt).ok()) {
+      std::fprintf(stderr, "prefill failed\n");
+      std::exit(1);
+    }
+    ids.push_back(*id);
+    tokens.push_back(b % 256);
+  }
+  auto step = [&] {
+    absl::StatusOr<torch::Tensor> logits = (*decoder)->Step(ids, tokens);
+    if (!logits.ok()) {
+      std::fprintf(stderr, "step: %s\n", std::string(logits.status().message()).c_str());
+      std::exit(1);
+    }
+  };
+  for (int i = 0; i < 3; ++i) step();  // warm-up (allocator, kernels' first launch)
+  Synchronize(device);
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < steps; ++i) step();  // each step returns host logits: synchronous
+  StepTiming timing;
+  timing.seconds_per_step = Seconds(start) / steps;
+  timing.state_bytes_per_sequence = (*decoder)->info().state_bytes_per_sequence;
+  return timing;
+}
+
+int Main(int argc, char** argv) {
+  int cpu_steps = 8, cuda_steps = 100;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--cpu-steps") == 0) cpu_steps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--cuda-steps") == 0) cuda_steps = std::atoi(argv[i + 1]);
+  }
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "gpu_decode_bench: no CUDA device (or LibTorch without CUDA)\n");
+    return 1;
+  }
+  torch::NoGradGuard no_grad;
+  const models::LoadedModel model = bench::BenchModel(bench::BenchConfig(1024));
+  const torch::Device cuda(torch::kCUDA, 0);
+  const double copy_bandwidth = CopyBandwidth(cuda);
+  const int64_t weight_bytes = WeightBytes(*model.lm);
+  std::printf("## Recurrent decoding, bench model, CUDA vs CPU\n\n");
+  std::printf(
+      "device copy bandwidth (read + write): %.0f GB/s; weights: %.1f MB (fp32); "
+      "CPU threads: %d\n\n",
+      copy_bandwidth / 1e9, weight_bytes / 1e6, torch::get_num_threads());
+  std::printf(
+      "| B | CPU tokens/s | CUDA tokens/s | CUDA / CPU | CUDA step (ms) | bytes read / step "
+      "(MB) | achieved GB/s | of copy bandwidth |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (int64_t batch : {1, 64, 256}) {
+    const StepTiming cpu = TimeSteps(torch::kCPU, batch, cpu_steps);
+    const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps);
+    const double bytes = static_cast<double>(weight_bytes) +
+                         static_cast<double>(batch * gpu.state_bytes_per_sequence);
+    const double achieved = bytes / gpu.seconds_per_step;
+    std::printf("| %ld | %.0f | %.0f | %.1fx | %.3f | %.1f | %.0f | %.1f%% |\n",
+                static_cast<long>(batch), batch / cpu.seconds_per_step,
+                batch / gpu.seconds_per_step, cpu.seconds_per_step / gpu.seconds_per_step,
+                gpu.seconds_per_step * 1e3, bytes / 1e6, achieved / 1e9,
+                100.0 * achieved / copy_bandwidth);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace performer
+
+int main(int argc, char** argv) { return performer::Main(argc, argv); }
