@@ -6,8 +6,10 @@
 // step the serving engine runs once per iteration (every sequence of the
 // batch advances one token; the logits come back to the host for sampling),
 // after a 16-token prefill of each sequence:
-//   - tokens/s on the CPU (all cores) and on CUDA, and their ratio;
-//   - on CUDA, the achieved memory bandwidth: (weight bytes + B x state
+//   - tokens/s on the CPU (all cores), on CUDA stepping eagerly and on CUDA
+//     replaying the step's CUDA graphs (decoding/cuda_step_graphs.h), and
+//     the ratios;
+//   - with graphs, the achieved memory bandwidth: (weight bytes + B x state
 //     bytes) read per step / step time, as a fraction of the device copy
 //     bandwidth measured in the same run (bytes read + written by a 1 GiB
 //     device-to-device copy).
@@ -69,14 +71,19 @@ struct StepTiming {
 };
 
 // A fresh copy of the (seeded) bench model per run, moved to `device`.
-StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps) {
+StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps, bool cuda_graphs) {
   torch::manual_seed(0);
   models::LoadedModel model = bench::BenchModel(bench::BenchConfig(1024));
   model.lm->to(device);
   absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
-      decoding::PerformerDecoder::Create(std::move(model), batch);
+      decoding::PerformerDecoder::Create(std::move(model), batch, {cuda_graphs});
   if (!decoder.ok()) {
     std::fprintf(stderr, "decoder: %s\n", std::string(decoder.status().message()).c_str());
+    std::exit(1);
+  }
+  if (cuda_graphs && !(*decoder)->info().cuda_graphs) {
+    std::fprintf(stderr, "CUDA graphs: %s\n",
+                 std::string((*decoder)->cuda_graphs_status().message()).c_str());
     std::exit(1);
   }
   std::vector<decoding::SequenceId> ids;
@@ -130,20 +137,22 @@ int Main(int argc, char** argv) {
       "CPU threads: %d\n\n",
       copy_bandwidth / 1e9, weight_bytes / 1e6, torch::get_num_threads());
   std::printf(
-      "| B | CPU tokens/s | CUDA tokens/s | CUDA / CPU | CUDA step (ms) | bytes read / step "
-      "(MB) | achieved GB/s | of copy bandwidth |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "| B | CPU tokens/s | CUDA eager tokens/s | CUDA graphs tokens/s | graphs / CPU | graphs / "
+      "eager | CUDA step (ms) | bytes read / step (MB) | achieved GB/s | of copy bandwidth |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t batch : {1, 64, 256}) {
-    const StepTiming cpu = TimeSteps(torch::kCPU, batch, cpu_steps);
-    const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps);
+    const StepTiming cpu = TimeSteps(torch::kCPU, batch, cpu_steps, false);
+    const StepTiming eager = TimeSteps(cuda, batch, cuda_steps, false);
+    const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps, true);
     const double bytes = static_cast<double>(weight_bytes) +
                          static_cast<double>(batch * gpu.state_bytes_per_sequence);
     const double achieved = bytes / gpu.seconds_per_step;
-    std::printf("| %ld | %.0f | %.0f | %.1fx | %.3f | %.1f | %.0f | %.1f%% |\n",
+    std::printf("| %ld | %.0f | %.0f | %.0f | %.1fx | %.1fx | %.3f | %.1f | %.0f | %.1f%% |\n",
                 static_cast<long>(batch), batch / cpu.seconds_per_step,
-                batch / gpu.seconds_per_step, cpu.seconds_per_step / gpu.seconds_per_step,
-                gpu.seconds_per_step * 1e3, bytes / 1e6, achieved / 1e9,
-                100.0 * achieved / copy_bandwidth);
+                batch / eager.seconds_per_step, batch / gpu.seconds_per_step,
+                cpu.seconds_per_step / gpu.seconds_per_step,
+                eager.seconds_per_step / gpu.seconds_per_step, gpu.seconds_per_step * 1e3,
+                bytes / 1e6, achieved / 1e9, 100.0 * achieved / copy_bandwidth);
     std::fflush(stdout);
   }
   return 0;

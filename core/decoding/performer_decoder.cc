@@ -22,7 +22,7 @@ torch::Tensor TokenTensor(const std::vector<int64_t>& tokens, const torch::Devic
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
-    models::LoadedModel model, int64_t capacity) {
+    models::LoadedModel model, int64_t capacity, const PerformerDecoderOptions& options) {
   if (capacity < 1) return absl::InvalidArgumentError("decoder capacity must be at least 1");
   if (model.model_class == "PerformerLM") {
     if (!model.lm->config().causal) {
@@ -33,7 +33,8 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
     return absl::FailedPreconditionError(
         absl::StrCat("model_class ", model.model_class, " cannot decode"));
   }
-  return std::unique_ptr<PerformerDecoder>(new PerformerDecoder(std::move(model), capacity));
+  return std::unique_ptr<PerformerDecoder>(
+      new PerformerDecoder(std::move(model), capacity, options));
 }
 
 int64_t PerformerDecoder::StateBytesPerSequence(const models::LoadedModel& model) {
@@ -43,7 +44,8 @@ int64_t PerformerDecoder::StateBytesPerSequence(const models::LoadedModel& model
   return lm->AllocateState(1).BytesPerRow();
 }
 
-PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
+PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity,
+                                   const PerformerDecoderOptions& options)
     : model_(std::move(model)) {
   info_.model_class = model_.model_class;
   if (model_.model_class == "PerformerLM") {
@@ -67,6 +69,16 @@ PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity)
   pool_.ResetRows(0, capacity);
   info_.state_bytes_per_sequence = pool_.BytesPerRow();
   prefilled_.assign(static_cast<size_t>(capacity), false);
+  if (options.cuda_graphs && device_.is_cuda()) {
+    absl::StatusOr<std::unique_ptr<CudaStepGraphs>> graphs =
+        CudaStepGraphs::Capture(decoder_, pool_);
+    if (graphs.ok()) {
+      step_graphs_ = *std::move(graphs);
+    } else {
+      step_graphs_status_ = graphs.status();
+    }
+    info_.cuda_graphs = step_graphs_ != nullptr;
+  }
 }
 
 absl::StatusOr<int64_t> PerformerDecoder::SlotOf(SequenceId id) const {
@@ -211,7 +223,11 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
   c10::InferenceMode guard;
   torch::Tensor token_tensor = TokenTensor(sorted_tokens, device_);
   torch::Tensor logits;
-  if (contiguous) {
+  if (step_graphs_ != nullptr && contiguous && sorted_slots.front() == 0 && count == active() &&
+      count <= step_graphs_->max_rows()) {
+    // Every live sequence steps: rows [0, count), the rest of the bucket free.
+    logits = step_graphs_->Replay(token_tensor, count);
+  } else if (contiguous) {
     models::DecodeState rows = pool_.Rows(sorted_slots.front(), count);
     logits = decoder_->Step(token_tensor, rows);
   } else {

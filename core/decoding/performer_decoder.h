@@ -20,16 +20,24 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/decoding/cuda_step_graphs.h"
 #include "core/decoding/sequence_decoder.h"
 #include "core/models/model_folder.h"
 
 namespace performer::decoding {
 
+struct PerformerDecoderOptions {
+  // On a GPU, capture the batched step as CUDA graphs (one per batch-size
+  // bucket) and replay them when every live sequence steps. If capturing
+  // fails the decoder steps eagerly; info().cuda_graphs says which.
+  bool cuda_graphs = true;
+};
+
 class PerformerDecoder : public SequenceDecoder {
  public:
   // FailedPrecondition for a non-causal PerformerLM or a FastAttention folder.
-  static absl::StatusOr<std::unique_ptr<PerformerDecoder>> Create(models::LoadedModel model,
-                                                                  int64_t capacity);
+  static absl::StatusOr<std::unique_ptr<PerformerDecoder>> Create(
+      models::LoadedModel model, int64_t capacity, const PerformerDecoderOptions& options = {});
   // info().state_bytes_per_sequence of a decoder of `model` (a causal
   // PerformerLM or a PerformerEncDec), without building one: what sizes the
   // slots for a memory budget.
@@ -44,9 +52,12 @@ class PerformerDecoder : public SequenceDecoder {
   absl::Status Release(SequenceId id) override;
   absl::StatusOr<int64_t> Position(SequenceId id) const override;
   int64_t active() const override { return static_cast<int64_t>(slot_owner_.size()); }
+  // Why steps run eagerly although CUDA graphs were asked for (OK otherwise).
+  const absl::Status& cuda_graphs_status() const { return step_graphs_status_; }
 
  private:
-  PerformerDecoder(models::LoadedModel model, int64_t capacity);
+  PerformerDecoder(models::LoadedModel model, int64_t capacity,
+                   const PerformerDecoderOptions& options);
   absl::StatusOr<int64_t> SlotOf(SequenceId id) const;
 
   models::LoadedModel model_;
@@ -58,6 +69,8 @@ class PerformerDecoder : public SequenceDecoder {
   std::unordered_map<SequenceId, int64_t> slot_of_;
   std::vector<bool> prefilled_;  // by slot
   SequenceId next_id_ = 1;
+  std::unique_ptr<CudaStepGraphs> step_graphs_;  // GPU with cuda_graphs only
+  absl::Status step_graphs_status_;              // why there are none, if asked for
 };
 
 }  // namespace performer::decoding

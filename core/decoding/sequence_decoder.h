@@ -37,6 +37,9 @@ struct DecoderInfo {
   int64_t max_source_len = 0;
   int64_t state_bytes_per_sequence = 0;
   int64_t capacity = 0;  // sequences that can be live at once
+  // Steps of every live sequence replay a captured CUDA graph (GPU only;
+  // decoding/cuda_step_graphs.h).
+  bool cuda_graphs = false;
 };
 
 struct PrefillRequest {

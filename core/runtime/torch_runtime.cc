@@ -43,8 +43,9 @@ TorchRuntimeInfo ConfigureTorchRuntime(int threads) {
   info.blas_library = MappedBlas();
   // PyTorch's own builds (the pip wheels) link MKL into libtorch_cpu.so, so
   // no BLAS library is mapped on its own.
-  if (info.blas_library == "unknown" && at::hasMKL()) info.blas_library = "MKL (inside LibTorch)";
-  info.blas_is_optimized = absl::StrContains(info.blas_library, "openblas") ||
+  const bool mkl_inside = info.blas_library == "unknown" && at::hasMKL();
+  if (mkl_inside) info.blas_library = "MKL, linked into LibTorch";
+  info.blas_is_optimized = mkl_inside || absl::StrContains(info.blas_library, "openblas") ||
                            absl::StrContains(info.blas_library, "mkl") ||
                            absl::StrContains(info.blas_library, "blis");
   return info;

@@ -31,6 +31,8 @@ __device__ float WarpSum(float x) {
 // Block r steps row r (see the header); blocks are one-dimensional.
 // Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
 // (blockDim.x) | scalars.
+// 56 registers: four blocks per SM (50% occupancy). Forcing six (40
+// registers, a few spilled) measured slower on the H100 (docs/gpu.md).
 __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   extern __shared__ float shared[];
   const int m = static_cast<int>(a.features);

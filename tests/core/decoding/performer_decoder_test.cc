@@ -4,6 +4,7 @@
 
 #include "core/decoding/generate.h"
 #include "tests/core/models/model_test_util.h"
+#include "tests/testing/cuda_device.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::decoding {
@@ -358,6 +359,79 @@ TEST(PerformerDecoderTest, ModelStillTrainsAfterADecoderIsCreated) {
   torch::Tensor logits = lm(torch::tensor({{1, 2, 3, 4}}, torch::kLong));
   logits.sum().backward();
   EXPECT_TRUE(lm->parameters()[0].grad().defined());
+}
+
+}  // namespace
+}  // namespace performer::decoding
+
+namespace performer::decoding {
+namespace {
+
+// On a GPU, steps that replay the captured CUDA graphs give the logits of
+// eager steps: every live sequence stepping (buckets 1, 2, 4 with padding
+// rows), after a release (rows moved), and a subset stepping (eager).
+void ExpectGraphStepsEqualEagerSteps(const PerformerLMConfig& config) {
+  auto on_gpu = [&] {
+    models::LoadedModel model = RandomLM(config, 5);
+    model.lm->to(torch::kCUDA);
+    return model;
+  };
+  PerformerDecoderOptions eager_options;
+  eager_options.cuda_graphs = false;
+  auto graphs = *PerformerDecoder::Create(on_gpu(), 4);
+  auto eager = *PerformerDecoder::Create(on_gpu(), 4, eager_options);
+  ASSERT_TRUE(graphs->info().cuda_graphs) << graphs->cuda_graphs_status();
+  EXPECT_FALSE(eager->info().cuda_graphs);
+  std::vector<SequenceId> g, e;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4}, {5, 6, 7, 8, 9}};
+  for (const auto& prompt : prompts) {
+    g.push_back(*graphs->Create());
+    e.push_back(*eager->Create());
+    ASSERT_TRUE(graphs->Prefill(g.back(), {prompt, {}, {}}).ok());
+    ASSERT_TRUE(eager->Prefill(e.back(), {prompt, {}, {}}).ok());
+  }
+  auto step_both = [&](const std::vector<size_t>& which, int step) {
+    std::vector<SequenceId> gi, ei;
+    std::vector<int64_t> tokens;
+    for (size_t i : which) {
+      gi.push_back(g[i]);
+      ei.push_back(e[i]);
+      tokens.push_back((step * 7 + static_cast<int64_t>(i) * 3 + 1) % config.num_tokens);
+    }
+    absl::StatusOr<torch::Tensor> x = graphs->Step(gi, tokens);
+    absl::StatusOr<torch::Tensor> y = eager->Step(ei, tokens);
+    ASSERT_TRUE(x.ok() && y.ok()) << x.status() << " / " << y.status();
+    SCOPED_TRACE("step " + std::to_string(step) + " of " + std::to_string(which.size()));
+    EXPECT_TENSOR_CLOSE(*x, *y, 1e-5, 1e-5);
+  };
+  for (int step = 0; step < 6; ++step) step_both({2, 0, 1}, step);  // bucket 4, one padding row
+  ASSERT_TRUE(graphs->Release(g[0]).ok());                          // the last row moves into row 0
+  ASSERT_TRUE(eager->Release(e[0]).ok());
+  for (int step = 6; step < 12; ++step) step_both({1, 2}, step);  // bucket 2
+  for (int step = 12; step < 15; ++step) step_both({2}, step);    // a subset: eager
+  ASSERT_TRUE(graphs->Release(g[1]).ok());
+  ASSERT_TRUE(eager->Release(e[1]).ok());
+  for (int step = 15; step < 20; ++step) step_both({2}, step);  // bucket 1
+  EXPECT_EQ(*graphs->Position(g[2]), *eager->Position(e[2]));
+}
+
+TEST(PerformerDecoderCudaTest, GraphStepsEqualEagerSteps) {
+  PERFORMER_REQUIRE_CUDA();
+  ExpectGraphStepsEqualEagerSteps(TinyLMConfig());
+}
+
+TEST(PerformerDecoderCudaTest, GraphStepsEqualEagerStepsWithLocalHeads) {
+  PERFORMER_REQUIRE_CUDA();
+  PerformerLMConfig config = TinyLMConfig();
+  config.local_attn_heads = {1};
+  config.local_window_size = 4;
+  ExpectGraphStepsEqualEagerSteps(config);
+}
+
+TEST(PerformerDecoderTest, NoCudaGraphsOnTheCpu) {
+  auto decoder = *PerformerDecoder::Create(RandomLM(TinyLMConfig()), 2);
+  EXPECT_FALSE(decoder->info().cuda_graphs);
+  EXPECT_TRUE(decoder->cuda_graphs_status().ok());
 }
 
 }  // namespace
