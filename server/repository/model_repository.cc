@@ -78,6 +78,11 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
     absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
         decoding::PerformerDecoder::Create(*model, slots);
     if (!decoder.ok()) return decoder.status();
+    if (!(*decoder)->cuda_graphs_status().ok()) {
+      LogEvent(spdlog::level::warn, "CUDA graphs unavailable: decode steps run eagerly",
+               {{"model", hosted->name},
+                {"reason", std::string((*decoder)->cuda_graphs_status().message())}});
+    }
     const absl::Time warmup_start = absl::Now();
     if (absl::Status s = WarmUp(**decoder); !s.ok()) {
       return absl::InternalError(absl::StrCat(hosted->name, ": warm-up failed: ", s.ToString()));
@@ -179,6 +184,7 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
       fields.push_back(
           {"state_bytes_per_sequence", (*model)->engine->info().state_bytes_per_sequence});
       fields.push_back({"slots", (*model)->engine->info().capacity});
+      fields.push_back({"cuda_graphs", (*model)->engine->info().cuda_graphs});
     }
     fields.push_back({"load_seconds", (*model)->load_seconds});
     LogEngineEvent("load", (*model)->name, fields);

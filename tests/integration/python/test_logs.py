@@ -101,6 +101,7 @@ class JsonLogTest(unittest.TestCase):
         (load,) = [r for r in self.records() if r["msg"] == "engine" and r["event"] == "load"]
         self.assertEqual(load["kind"], "decoder")
         self.assertGreater(load["state_bytes_per_sequence"], 0)
+        self.assertIs(load["cuda_graphs"], False)  # CPU serving: eager steps
         self.assertGreater(load["load_seconds"], 0)
         self.assertEqual(self.exit_code, 0)
 
