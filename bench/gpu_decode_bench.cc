@@ -11,8 +11,7 @@
 //     the ratios;
 //   - with graphs, the achieved memory bandwidth: (weight bytes + B x state
 //     bytes) read per step / step time, as a fraction of the device copy
-//     bandwidth measured in the same run (bytes read + written by a 1 GiB
-//     device-to-device copy).
+//     bandwidth measured in the same run (bench/gpu_reference.h).
 //
 // Usage: gpu_decode_bench [--cpu-steps N] [--cuda-steps N]  (default 8, 100).
 // Prints a markdown report; exits 1 where LibTorch has no CUDA device.
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench_model.h"
+#include "bench/gpu_reference.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/performer_lm.h"
 
@@ -37,25 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-void Synchronize(const torch::Device& device) {
-  // A host copy of one element waits for the device's queued work.
-  if (device.is_cuda()) (void)torch::zeros({1}, torch::Device(device)).cpu();
-}
-
-// Bytes read + written per second by a device-to-device copy of 1 GiB.
-double CopyBandwidth(const torch::Device& device) {
-  const int64_t n = int64_t{1} << 28;  // floats
-  torch::Tensor src = torch::rand({n}, torch::TensorOptions().device(device));
-  torch::Tensor dst = torch::empty_like(src);
-  for (int i = 0; i < 3; ++i) dst.copy_(src);
-  Synchronize(device);
-  const int reps = 20;
-  const Clock::time_point start = Clock::now();
-  for (int i = 0; i < reps; ++i) dst.copy_(src);
-  Synchronize(device);
-  return 2.0 * static_cast<double>(n) * 4 * reps / Seconds(start);
 }
 
 int64_t WeightBytes(const torch::nn::Module& module) {
@@ -107,7 +88,7 @@ StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps, bool
     }
   };
   for (int i = 0; i < 3; ++i) step();  // warm-up (allocator, kernels' first launch)
-  Synchronize(device);
+  if (device.is_cuda()) torch::cuda::synchronize();
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < steps; ++i) step();  // each step returns host logits: synchronous
   StepTiming timing;
@@ -129,7 +110,7 @@ int Main(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   const models::LoadedModel model = bench::BenchModel(bench::BenchConfig(1024));
   const torch::Device cuda(torch::kCUDA, 0);
-  const double copy_bandwidth = CopyBandwidth(cuda);
+  const double copy_bandwidth = bench::DeviceCopyBandwidth();
   const int64_t weight_bytes = WeightBytes(*model.lm);
   std::printf("## Recurrent decoding, bench model, CUDA vs CPU\n\n");
   std::printf(

@@ -20,11 +20,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <functional>
 #include <vector>
 
+#include "bench/gpu_reference.h"
 #include "kernels/causal_linear_prefill.h"
 #include "kernels/kernels_info.h"
 #include "kernels/linear_state_step.h"
@@ -35,36 +34,14 @@ constexpr int64_t kHeads = 8;
 constexpr int64_t kFeatures = 256;
 constexpr int64_t kDimHead = 64;
 
-// Median seconds of `reps` timed runs after `warmup` untimed ones; the
-// device is synchronised around each run.
-double TimeIt(const std::function<void()>& fn, int warmup = 3, int reps = 10) {
-  for (int i = 0; i < warmup; ++i) fn();
-  torch::cuda::synchronize();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    torch::cuda::synchronize();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-double CopyBandwidth() {
-  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
-  torch::Tensor src = torch::rand({int64_t{1} << 28}, options);  // 1 GiB
-  torch::Tensor dst = torch::empty_like(src);
-  const double seconds = TimeIt([&] { dst.copy_(src); });
-  return 2.0 * static_cast<double>(src.nbytes()) / seconds;
-}
+using performer::bench::DeviceCopyBandwidth;
+using performer::bench::MedianDeviceSeconds;
 
 double Bf16GemmRate() {
   const auto options = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
   const int64_t n = 8192;
   torch::Tensor a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
-  const double seconds = TimeIt([&] { torch::matmul(a, b); });
+  const double seconds = MedianDeviceSeconds([&] { torch::matmul(a, b); });
   return 2.0 * n * n * n / seconds;
 }
 
@@ -79,7 +56,7 @@ double DecodeStepBandwidth(int64_t batch, double* seconds_out) {
   torch::Tensor diag = torch::rand({batch, 2, kHeads}, f32);
   torch::Tensor v = torch::randn({rows, kDimHead}, f32);
   torch::NoGradGuard no_grad;
-  const double seconds = TimeIt([&] {
+  const double seconds = MedianDeviceSeconds([&] {
     performer::kernels::FavorStateStep(state, key_max, sums, projections, diag, v, 1e-4, 1e-6);
   });
   *seconds_out = seconds;
@@ -126,7 +103,7 @@ int main() {
     return 0;
   }
   torch::manual_seed(0);
-  const double copy = CopyBandwidth();
+  const double copy = DeviceCopyBandwidth();
   const double gemm = Bf16GemmRate();
   std::printf("| reference | rate |\n|---|---|\n");
   std::printf("| device copy (read + write) | %.0f GB/s |\n", copy / 1e9);
@@ -155,8 +132,9 @@ int main() {
     torch::Tensor k = torch::rand({1, kHeads, length, kFeatures}, bf16);
     torch::Tensor v = torch::randn({1, kHeads, length, kDimHead + 1}, bf16);
     torch::NoGradGuard no_grad;
-    const double kernel = TimeIt([&] { performer::kernels::CausalLinearPrefill(q, k, v); });
-    const double ops = TimeIt([&] { PrefillWithTorchOps(q, k, v, chunk); }, 1, 3);
+    const double kernel =
+        MedianDeviceSeconds([&] { performer::kernels::CausalLinearPrefill(q, k, v); });
+    const double ops = MedianDeviceSeconds([&] { PrefillWithTorchOps(q, k, v, chunk); }, 1, 3);
     // Useful work of the chunkwise form per head and token: Q Kc^T (C M),
     // the masked product with V (C E), Q S and the state update (M E each).
     const double e = static_cast<double>(kDimHead + 1);
