@@ -5,6 +5,7 @@
 #include "core/attention/attention_parameters.h"
 #include "core/attention/module_attributes.h"
 #include "core/feature_maps/feature_map_catalogue.h"
+#include "kernels/linear_attention.h"
 
 namespace performer {
 
@@ -42,9 +43,12 @@ torch::Tensor LinearAttentionImpl::forward(const torch::Tensor& queries, const t
   TORCH_CHECK(attn_mask.all_ones(), "LinearAttention does not support arbitrary attention masks");
   phi_k =
       phi_k * key_lengths.float_matrix().to(phi_k.device()).index({Slice(), Slice(), None, None});
-  torch::Tensor kv = torch::einsum("nshd,nshm->nhmd", {phi_k, values});
-  torch::Tensor z = 1 / (torch::einsum("nlhd,nhd->nlh", {phi_q, phi_k.sum(1)}) + eps_);
-  return torch::einsum("nlhd,nhmd,nlh->nlhm", {phi_q, kv, z}).contiguous();
+  // (N, L, H, .) -> (N, H, L, .) views for the kernel (a CUDA kernel on a
+  // GPU; BLAS tensor ops, differentiable, on the CPU).
+  return kernels::LinearAttentionForward(phi_q.transpose(1, 2), phi_k.transpose(1, 2),
+                                         values.transpose(1, 2), eps_)
+      .transpose(1, 2)
+      .contiguous();
 }
 
 std::optional<ParamValue> LinearAttentionImpl::attribute(const std::string& name) const {

@@ -49,12 +49,17 @@ torch::Tensor SoftmaxKernelQuery(const torch::Tensor& x, const torch::Tensor& pr
   return ratio * (torch::exp(u - diag - u.amax(-1, /*keepdim=*/true).detach()) + kSoftmaxKernelEps);
 }
 
+SoftmaxKeyExponents ComputeSoftmaxKeyExponents(const torch::Tensor& x,
+                                               const torch::Tensor& projection) {
+  torch::Tensor u = ProjectFeatures(x, projection);
+  torch::Tensor stabiliser = u.amax({-1, -2}).detach();
+  return {torch::exp(u - SoftmaxKernelDiag(x) - stabiliser.unsqueeze(-1).unsqueeze(-1)),
+          stabiliser};
+}
+
 torch::Tensor SoftmaxKernelKey(const torch::Tensor& x, const torch::Tensor& projection) {
   const double ratio = std::pow(static_cast<double>(projection.size(0)), -0.5);
-  torch::Tensor u = ProjectFeatures(x, projection);
-  torch::Tensor diag = SoftmaxKernelDiag(x);
-  torch::Tensor stabiliser = u.amax({-1, -2}, /*keepdim=*/true).detach();
-  return ratio * (torch::exp(u - diag - stabiliser) + kSoftmaxKernelEps);
+  return ratio * (ComputeSoftmaxKeyExponents(x, projection).exponents + kSoftmaxKernelEps);
 }
 
 torch::Tensor GeneralizedKernel(const torch::Tensor& x, const torch::Tensor& projection,

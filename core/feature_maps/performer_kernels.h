@@ -33,6 +33,17 @@ torch::Tensor SoftmaxKernelDiag(const torch::Tensor& x);
 
 torch::Tensor SoftmaxKernelQuery(const torch::Tensor& x, const torch::Tensor& projection);
 torch::Tensor SoftmaxKernelKey(const torch::Tensor& x, const torch::Tensor& projection);
+
+// The key map before its ratio and 1e-4: exponents = exp(u - diag - M) with
+// the key stabiliser M = max_{n,f} u (detached, shape [...], one per leading
+// index), so SoftmaxKernelKey = r (exponents + 1e-4). Prefill keeps M and
+// these sums as the decode state's frame.
+struct SoftmaxKeyExponents {
+  torch::Tensor exponents;   // [..., n, m]
+  torch::Tensor stabiliser;  // [...]
+};
+SoftmaxKeyExponents ComputeSoftmaxKeyExponents(const torch::Tensor& x,
+                                               const torch::Tensor& projection);
 torch::Tensor GeneralizedKernel(const torch::Tensor& x, const torch::Tensor& projection,
                                 KernelFunction fn);
 

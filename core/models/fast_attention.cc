@@ -4,7 +4,10 @@
 
 #include "core/feature_maps/performer_kernels.h"
 #include "core/models/initialization.h"
+#include "kernels/causal_linear_prefill.h"
 #include "kernels/causal_product.h"
+#include "kernels/favor_features.h"
+#include "kernels/linear_attention.h"
 #include "kernels/linear_state_step.h"
 
 namespace performer::models {
@@ -30,14 +33,30 @@ FastAttentionImpl::FastAttentionImpl(const FastAttentionConfig& config)
       register_buffer("projection_matrix", torch::zeros({nb_features_, config.dim_heads}));
 }
 
+bool FastAttentionImpl::FusedFeatures(const torch::Tensor& x) const {
+  // The fused kernel is inference only (it detaches everything); training
+  // keeps the differentiable tensor ops. It fuses only the ReLU generalized
+  // kernel.
+  if (torch::GradMode::is_enabled() && x.requires_grad()) return false;
+  return kind_ == FeatureKind::kSoftmax ||
+         (kind_ == FeatureKind::kGeneralized && config_.kernel_fn == KernelFunction::kReLU);
+}
+
 torch::Tensor FastAttentionImpl::QueryFeatures(const torch::Tensor& q) const {
   switch (kind_) {
     case FeatureKind::kNoProjection:
       return q.softmax(-1);
     case FeatureKind::kGeneralized:
+      if (FusedFeatures(q)) {
+        return kernels::GeneralizedKernelFeatures(q, projection_matrix_, kGeneralizedKernelEps);
+      }
       return GeneralizedKernel(q, projection_matrix_, config_.kernel_fn);
     case FeatureKind::kSoftmax:
       break;
+  }
+  if (FusedFeatures(q)) {
+    return kernels::SoftmaxKernelFeatures(q, projection_matrix_, /*is_query=*/true,
+                                          kSoftmaxKernelEps);
   }
   return SoftmaxKernelQuery(q, projection_matrix_);
 }
@@ -47,40 +66,68 @@ torch::Tensor FastAttentionImpl::KeyFeatures(const torch::Tensor& k) const {
     case FeatureKind::kNoProjection:
       return config_.causal ? k.exp() : k.softmax(-2);
     case FeatureKind::kGeneralized:
+      if (FusedFeatures(k)) {
+        return kernels::GeneralizedKernelFeatures(k, projection_matrix_, kGeneralizedKernelEps);
+      }
       return GeneralizedKernel(k, projection_matrix_, config_.kernel_fn);
     case FeatureKind::kSoftmax:
       break;
+  }
+  if (FusedFeatures(k)) {
+    return kernels::SoftmaxKernelFeatures(k, projection_matrix_, /*is_query=*/false,
+                                          kSoftmaxKernelEps);
   }
   return SoftmaxKernelKey(k, projection_matrix_);
 }
 
 torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
-                                         const torch::Tensor& v) {
+                                         const torch::Tensor& v, SelfAttentionState* capture) {
   torch::Tensor qf = QueryFeatures(q);
-  torch::Tensor kf = KeyFeatures(k);
-  if (config_.causal) {
+  if (!config_.causal) {
+    TORCH_CHECK(capture == nullptr, "FastAttention: only causal attention leaves a decode state");
+    // The reference's linear_attention: no epsilon in the normaliser.
+    return kernels::LinearAttentionForward(qf, KeyFeatures(k), v, /*eps=*/0.0);
+  }
+  if (torch::GradMode::is_enabled() &&
+      (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    // Training: the causal dot product's own backward is several times
+    // faster than autograd through the prefill's chunks (bench/prefill_bench).
+    TORCH_CHECK(capture == nullptr,
+                "FastAttention: a decode state is captured only without gradients to record");
+    torch::Tensor kf = KeyFeatures(k);
     torch::Tensor numerator = kernels::CausalDotProduct(qf, kf, v);
     torch::Tensor denominator = (qf * (kf.cumsum(-2) + kCausalDenominatorEps)).sum(-1);
     return numerator / denominator.unsqueeze(-1);
   }
-  torch::Tensor d_inv = 1.0 / torch::matmul(qf, kf.sum(-2).unsqueeze(-1));
-  torch::Tensor context = torch::matmul(kf.transpose(-1, -2), v);
-  return torch::matmul(qf, context) * d_inv;
-}
-
-void FastAttentionImpl::InitState(const torch::Tensor& k, const torch::Tensor& v,
-                                  SelfAttentionState& state) const {
+  // Inference: one chunkwise prefill gives the numerator, the normaliser
+  // (the ones column of v1) and the final state, which is the decode state.
+  const int64_t d = v.size(-1);
   torch::Tensor v1 = AppendOne(v);
+  torch::Tensor q_sum = qf.sum(-1, /*keepdim=*/true);
+  torch::Tensor out;
   if (kind_ == FeatureKind::kSoftmax) {
-    torch::Tensor u = ProjectFeatures(k, projection_matrix_);
-    torch::Tensor key_max = u.amax({-1, -2});
-    torch::Tensor e = torch::exp(u - SoftmaxKernelDiag(k) - key_max.unsqueeze(-1).unsqueeze(-1));
-    state.kv.copy_(torch::matmul(e.transpose(-1, -2), v1));
-    state.v_sum.copy_(v1.sum(-2));
-    state.key_max.copy_(key_max);
-    return;
+    // k' = r (e + 1e-4): the prefill runs on the exponents e alone, whose
+    // sums are the state in the frame of the key stabiliser, and the 1e-4
+    // term is r 1e-4 (q' . 1) cumsum(v1). Splitting it off keeps the state
+    // free of the cancellation that subtracting it afterwards would cause.
+    SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(k, projection_matrix_);
+    kernels::CausalLinearPrefillResult prefill =
+        kernels::CausalLinearPrefill(qf, keys.exponents, v1);
+    const double ratio = Ratio(nb_features_);
+    out = prefill.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v1.cumsum(-2);
+    if (capture != nullptr) {
+      capture->kv.copy_(prefill.final_state);
+      capture->v_sum.copy_(v1.sum(-2));
+      capture->key_max.copy_(keys.stabiliser);
+    }
+  } else {
+    kernels::CausalLinearPrefillResult prefill =
+        kernels::CausalLinearPrefill(qf, KeyFeatures(k), v1);
+    out = prefill.out;
+    if (capture != nullptr) capture->kv.copy_(prefill.final_state);
   }
-  state.kv.copy_(torch::matmul(KeyFeatures(k).transpose(-1, -2), v1));
+  torch::Tensor denominator = out.narrow(-1, d, 1) + kCausalDenominatorEps * q_sum;
+  return (out.narrow(-1, 0, d) / denominator).to(v.scalar_type());
 }
 
 void FastAttentionImpl::PrepareForDecoding() {

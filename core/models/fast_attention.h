@@ -7,9 +7,13 @@
 //   non-causal: out_i = q'_i (sum_j k'_j v_j^T) / (q'_i . sum_j k'_j)
 //   causal:     out_i = sum_{j<=i} (q'_i . k'_j) v_j / (q'_i . (sum_{j<=i} k'_j + 1e-6))
 //
-// The causal numerator uses kernels::CausalDotProduct (constant memory in
-// n). Step() is the exact incremental form of the causal case over a
-// DecodeState (see decode_state.h for the running-maximum bookkeeping).
+// The causal case runs as one kernels::CausalLinearPrefill over v with a
+// ones column appended (numerator, normaliser and final state in one
+// chunkwise pass, constant memory in n); the non-causal one is
+// kernels::LinearAttentionForward. Both take the CUDA kernels on a GPU (for
+// inference; the CPU forms are differentiable). Step() is the exact
+// incremental form of the causal case over a DecodeState (see decode_state.h
+// for the running-maximum bookkeeping).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -29,16 +33,17 @@ class FastAttentionImpl : public torch::nn::Module {
  public:
   explicit FastAttentionImpl(const FastAttentionConfig& config);
 
-  // q, k, v [b, h, n, d] -> [b, h, n, d].
-  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  // q, k, v [b, h, n, d] -> [b, h, n, d]. Causal attention with `capture`
+  // also fills its rows (kv, key_max, v_sum; [b, h, ...]) with the decode
+  // state after the n tokens, in the frame the forward used: the prefill
+  // hands the decoder its state.
+  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        SelfAttentionState* capture = nullptr);
 
+  // q' and k' [.., n, m]. Without gradients to record, the softmax and ReLU
+  // kernels run fused with the projection (kernels/favor_features.h).
   torch::Tensor QueryFeatures(const torch::Tensor& q) const;
   torch::Tensor KeyFeatures(const torch::Tensor& k) const;
-
-  // Fills `state` rows (kv, key_max, v_sum; [b, h, ...]) from the keys and
-  // values of whole sequences [b, h, n, d] (the prompt), in the frame the
-  // full forward used.
-  void InitState(const torch::Tensor& k, const torch::Tensor& v, SelfAttentionState& state) const;
   // One causal step for the rows of `state`: qk [B, 2h, d] (the h query
   // heads, then the h key heads), v [B, h, d]; updates the state in place and
   // returns [B, h, d]. Uses kernels::LinearStateStepNormalized on the CPU.
@@ -69,6 +74,9 @@ class FastAttentionImpl : public torch::nn::Module {
   const torch::Tensor& projection_matrix() const { return projection_matrix_; }
 
  private:
+  // Whether QueryFeatures/KeyFeatures use the fused kernel for x.
+  bool FusedFeatures(const torch::Tensor& x) const;
+
   FastAttentionConfig config_;
   FeatureKind kind_;
   int64_t nb_features_;

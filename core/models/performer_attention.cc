@@ -68,8 +68,7 @@ torch::Tensor PerformerAttentionImpl::forward(
       qg = ApplyInterleavedRotary(qg, rotary);
       kg = ApplyInterleavedRotary(kg, rotary);
     }
-    outs.push_back(fast_attention_(qg, kg, vg));
-    if (capture != nullptr) fast_attention_->InitState(kg, vg, *capture);
+    outs.push_back(fast_attention_(qg, kg, vg, capture));
   }
   if (lh > 0) {
     TORCH_CHECK(!options_.cross, "local attention is not compatible with cross attention");

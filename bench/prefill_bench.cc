@@ -1,0 +1,165 @@
+// Causal FAVOR+ prefill of one attention layer, with the decode state the
+// decoder continues from, on the bench model's layer shape (heads 8,
+// dim_head 64, nb_features 256), CPU, float32, inference:
+//
+//   fused:    FastAttention::forward with a state capture: the query map
+//             fused with its projection (kernels/favor_features.h), then one
+//             kernels::CausalLinearPrefill over [v, 1] that yields the
+//             numerator, the normaliser and the final state together;
+//   separate: the same result from the tensor-op feature maps, the causal
+//             dot product for the numerator, a cumsum of the key features
+//             for the normaliser and a second pass over the keys for the
+//             state (the formulation before the prefill kernel was used).
+// Both compute the same outputs and state (the table gives their largest
+// difference) and the separate / fused time ratio, median of several runs.
+//
+// Threads: $PERFORMER_BENCH_THREADS (default 2).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/feature_maps/performer_kernels.h"
+#include "core/models/decode_state.h"
+#include "core/models/fast_attention.h"
+#include "kernels/causal_linear_prefill.h"
+#include "kernels/causal_product.h"
+
+namespace performer::bench {
+namespace {
+
+constexpr int64_t kHeads = 8, kDimHead = 64, kFeatures = 256;
+
+struct Inputs {
+  models::FastAttention attention{nullptr};
+  torch::Tensor q, k, v;
+  models::SelfAttentionState state;
+};
+
+models::SelfAttentionState MakeState() {
+  models::SelfAttentionState state;
+  state.kv = torch::zeros({1, kHeads, kFeatures, kDimHead + 1});
+  state.key_max = torch::zeros({1, kHeads});
+  state.v_sum = torch::zeros({1, kHeads, kDimHead + 1});
+  return state;
+}
+
+Inputs MakeInputs(int64_t length) {
+  torch::manual_seed(0);
+  models::FastAttentionConfig config;
+  config.dim_heads = kDimHead;
+  config.nb_features = kFeatures;
+  config.causal = true;
+  Inputs in;
+  in.attention = models::FastAttention(config);
+  in.attention->RedrawProjectionMatrix();
+  in.attention->eval();
+  in.q = torch::randn({1, kHeads, length, kDimHead});
+  in.k = torch::randn({1, kHeads, length, kDimHead});
+  in.v = torch::randn({1, kHeads, length, kDimHead});
+  in.state = MakeState();
+  return in;
+}
+
+torch::Tensor Separate(const Inputs& in, models::SelfAttentionState& state) {
+  const torch::Tensor& p = in.attention->projection_matrix();
+  torch::Tensor qf = SoftmaxKernelQuery(in.q, p);
+  torch::Tensor kf = SoftmaxKernelKey(in.k, p);
+  torch::Tensor out = kernels::CausalDotProduct(qf, kf, in.v) /
+                      (qf * (kf.cumsum(-2) + models::kCausalDenominatorEps)).sum(-1, true);
+  // The state, from a second pass over the keys.
+  SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(in.k, p);
+  torch::Tensor v1 = torch::cat({in.v, torch::ones_like(in.v.narrow(-1, 0, 1))}, -1);
+  state.kv.copy_(torch::matmul(keys.exponents.transpose(-1, -2), v1));
+  state.v_sum.copy_(v1.sum(-2));
+  state.key_max.copy_(keys.stabiliser);
+  return out;
+}
+
+// The prefill formulation with tensor-op feature maps (differentiable).
+torch::Tensor Chunked(const Inputs& in) {
+  const torch::Tensor& p = in.attention->projection_matrix();
+  torch::Tensor qf = SoftmaxKernelQuery(in.q, p);
+  torch::Tensor kf = SoftmaxKernelKey(in.k, p);
+  torch::Tensor v1 = torch::cat({in.v, torch::ones_like(in.v.narrow(-1, 0, 1))}, -1);
+  torch::Tensor out = kernels::CausalLinearPrefill(qf, kf, v1).out;
+  return out.narrow(-1, 0, kDimHead) /
+         (out.narrow(-1, kDimHead, 1) + models::kCausalDenominatorEps * qf.sum(-1, true));
+}
+
+// Median wall seconds of `runs` calls after one warm-up call.
+template <typename Fn>
+double MedianSeconds(int runs, Fn fn) {
+  fn();
+  std::vector<double> seconds;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+}  // namespace
+}  // namespace performer::bench
+
+int main() {
+  using performer::bench::Inputs;
+  const char* threads = std::getenv("PERFORMER_BENCH_THREADS");
+  torch::set_num_threads(threads != nullptr ? std::atoi(threads) : 2);
+  torch::NoGradGuard no_grad;
+  std::printf("torch %s, %d threads; heads %lld, dim_head %lld, nb_features %lld, float32\n\n",
+              TORCH_VERSION, torch::get_num_threads(),
+              static_cast<long long>(performer::bench::kHeads),
+              static_cast<long long>(performer::bench::kDimHead),
+              static_cast<long long>(performer::bench::kFeatures));
+  std::printf(
+      "| L | fused ms | separate ms | separate / fused | output max abs difference | state max "
+      "relative difference |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (int64_t length : {256, 1024, 4096, 16384}) {
+    Inputs in = performer::bench::MakeInputs(length);
+    const int runs = length >= 16384 ? 5 : 11;
+    torch::Tensor fused_out, separate_out;
+    performer::models::SelfAttentionState separate_state = performer::bench::MakeState();
+    const double fused = performer::bench::MedianSeconds(
+        runs, [&] { fused_out = in.attention->forward(in.q, in.k, in.v, &in.state); });
+    const double separate = performer::bench::MedianSeconds(
+        runs, [&] { separate_out = performer::bench::Separate(in, separate_state); });
+    const double state_difference =
+        ((in.state.kv - separate_state.kv).abs().max() / separate_state.kv.abs().max())
+            .item<double>();
+    std::printf("| %lld | %.2f | %.2f | %.2fx | %.1e | %.1e |\n", static_cast<long long>(length),
+                fused * 1e3, separate * 1e3, separate / fused,
+                (fused_out - separate_out).abs().max().item<double>(), state_difference);
+  }
+  // Training: forward and backward with gradients for q, k and v, the
+  // chunkwise prefill's autograd (kernels::CausalLinearPrefill on the CPU,
+  // called directly) against the causal dot product's own backward (what
+  // FastAttention runs when gradients are recorded; tensor-op feature maps
+  // in both; the causal dot product side also computes the state).
+  {
+    torch::AutoGradMode grad(true);
+    std::printf(
+        "\nforward + backward (training)\n\n| L | chunkwise prefill ms | causal dot product ms | "
+        "prefill / causal dot product |\n|---|---|---|---|\n");
+    for (int64_t length : {256, 1024, 4096}) {
+      Inputs in = performer::bench::MakeInputs(length);
+      for (torch::Tensor* t : {&in.q, &in.k, &in.v}) t->requires_grad_(true);
+      const double fused = performer::bench::MedianSeconds(
+          5, [&] { performer::bench::Chunked(in).sum().backward(); });
+      const double separate = performer::bench::MedianSeconds(5, [&] {
+        performer::models::SelfAttentionState state = performer::bench::MakeState();
+        performer::bench::Separate(in, state).sum().backward();
+      });
+      std::printf("| %lld | %.2f | %.2f | %.2fx |\n", static_cast<long long>(length), fused * 1e3,
+                  separate * 1e3, fused / separate);
+    }
+  }
+  return 0;
+}
