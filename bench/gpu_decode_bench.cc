@@ -55,7 +55,7 @@ struct StepTiming {
 StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps, bool cuda_graphs) {
   torch::manual_seed(0);
   models::LoadedModel model = bench::BenchModel(bench::BenchConfig(1024));
-  model.lm->to(device);
+  model.MoveTo(device);
   absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
       decoding::PerformerDecoder::Create(std::move(model), batch, {cuda_graphs});
   if (!decoder.ok()) {

@@ -13,6 +13,13 @@
 // Both compute the same outputs and state (the table gives their largest
 // difference) and the separate / fused time ratio, median of several runs.
 //
+// Then the whole bench model (bench/bench_model.h): a prompt prefilled in
+// chunks of 512 tokens as the server does (--prefill_chunk_tokens), the
+// first chunk by Prefill and the rest by Extend (one chunkwise prefill per
+// layer from the state), against the same rest fed by single-token Steps
+// (what Extend did before). The Steps use each token's running stabiliser,
+// the chunks one per chunk: the table gives the largest logit difference.
+//
 // Threads: $PERFORMER_BENCH_THREADS (default 2).
 #include <torch/torch.h>
 
@@ -22,6 +29,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/bench_model.h"
+#include "core/decoding/performer_decoder.h"
 #include "core/feature_maps/performer_kernels.h"
 #include "core/models/decode_state.h"
 #include "core/models/fast_attention.h"
@@ -105,6 +114,36 @@ double MedianSeconds(int runs, Fn fn) {
   return seconds[seconds.size() / 2];
 }
 
+constexpr int64_t kChunk = 512;
+
+struct ChunkedPrefill {
+  double seconds = 0;
+  torch::Tensor logits;  // of the last prompt token
+};
+
+// A `length`-token prompt of the bench model: the first chunk by Prefill,
+// the rest by Extend per chunk (extend) or by one Step per token.
+ChunkedPrefill PrefillInChunks(int64_t length, bool extend) {
+  torch::manual_seed(5);
+  const std::vector<int64_t> prompt = RandomTokens(length, 256);
+  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(BenchConfig(length + 16)), 1);
+  const decoding::SequenceId id = *decoder->Create();
+  const auto start = std::chrono::steady_clock::now();
+  ChunkedPrefill result;
+  result.logits = *decoder->Prefill(id, {{prompt.begin(), prompt.begin() + kChunk}, {}, {}});
+  for (int64_t done = kChunk; done < length; done += kChunk) {
+    if (extend) {
+      result.logits = *decoder->Extend(id, {prompt.begin() + done, prompt.begin() + done + kChunk});
+    } else {
+      for (int64_t t = done; t < done + kChunk; ++t) {
+        result.logits = (*decoder->Step({id}, {prompt[static_cast<size_t>(t)]}))[0];
+      }
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
 }  // namespace
 }  // namespace performer::bench
 
@@ -160,6 +199,18 @@ int main() {
       std::printf("| %lld | %.2f | %.2f | %.2fx |\n", static_cast<long long>(length), fused * 1e3,
                   separate * 1e3, fused / separate);
     }
+  }
+  std::printf(
+      "\nbench model, chunked prompt prefill (chunks of %lld)\n\n| prompt tokens | Prefill + "
+      "Extend "
+      "s | Prefill + Steps s | Steps / Extend | max logit difference |\n|---|---|---|---|---|\n",
+      static_cast<long long>(performer::bench::kChunk));
+  for (int64_t length : {1024, 4096}) {
+    const performer::bench::ChunkedPrefill extend = performer::bench::PrefillInChunks(length, true);
+    const performer::bench::ChunkedPrefill steps = performer::bench::PrefillInChunks(length, false);
+    std::printf("| %lld | %.2f | %.2f | %.1fx | %.1e |\n", static_cast<long long>(length),
+                extend.seconds, steps.seconds, steps.seconds / extend.seconds,
+                (extend.logits - steps.logits).abs().max().item<double>());
   }
   return 0;
 }

@@ -99,32 +99,57 @@ torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Te
     torch::Tensor denominator = (qf * (kf.cumsum(-2) + kCausalDenominatorEps)).sum(-1);
     return numerator / denominator.unsqueeze(-1);
   }
-  // Inference: one chunkwise prefill gives the numerator, the normaliser
-  // (the ones column of v1) and the final state, which is the decode state.
+  return CausalInference(qf, k, v, nullptr, capture);
+}
+
+torch::Tensor FastAttentionImpl::Extend(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, SelfAttentionState& state) const {
+  TORCH_CHECK(config_.causal, "FastAttention: only causal attention extends a decode state");
+  torch::NoGradGuard no_grad;
+  return CausalInference(QueryFeatures(q), k, v, &state, &state);
+}
+
+torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
+                                                 const torch::Tensor& v,
+                                                 const SelfAttentionState* from,
+                                                 SelfAttentionState* to) const {
+  // One chunkwise prefill gives the numerator, the normaliser (the ones
+  // column of v1) and the final state, which is the decode state.
   const int64_t d = v.size(-1);
   torch::Tensor v1 = AppendOne(v);
   torch::Tensor q_sum = qf.sum(-1, /*keepdim=*/true);
   torch::Tensor out;
   if (kind_ == FeatureKind::kSoftmax) {
-    // k' = r (e + 1e-4): the prefill runs on the exponents e alone, whose
-    // sums are the state in the frame of the key stabiliser, and the 1e-4
-    // term is r 1e-4 (q' . 1) cumsum(v1). Splitting it off keeps the state
+    // k' = r (e + 1e-4): the prefill runs on the exponents e alone, in the
+    // frame of the stabiliser M (the keys' maximum, or the state's if that
+    // is larger, whose sums are rescaled to it), and the 1e-4 term is
+    // r 1e-4 (q' . 1) (v_sum + cumsum(v1)). Splitting it off keeps the state
     // free of the cancellation that subtracting it afterwards would cause.
-    SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(k, projection_matrix_);
+    torch::Tensor u = ProjectFeatures(k, projection_matrix_);
+    torch::Tensor key_max = u.amax({-1, -2});
+    torch::Tensor initial_state;
+    torch::Tensor v_sums = v1.cumsum(-2);
+    if (from != nullptr) {
+      key_max = torch::maximum(from->key_max, key_max);
+      initial_state = from->kv * torch::exp(from->key_max - key_max).unsqueeze(-1).unsqueeze(-1);
+      v_sums = v_sums + from->v_sum.unsqueeze(-2);
+    }
+    torch::Tensor exponents =
+        torch::exp(u - SoftmaxKernelDiag(k) - key_max.unsqueeze(-1).unsqueeze(-1));
     kernels::CausalLinearPrefillResult prefill =
-        kernels::CausalLinearPrefill(qf, keys.exponents, v1);
+        kernels::CausalLinearPrefill(qf, exponents, v1, initial_state);
     const double ratio = Ratio(nb_features_);
-    out = prefill.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v1.cumsum(-2);
-    if (capture != nullptr) {
-      capture->kv.copy_(prefill.final_state);
-      capture->v_sum.copy_(v1.sum(-2));
-      capture->key_max.copy_(keys.stabiliser);
+    out = prefill.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v_sums;
+    if (to != nullptr) {
+      to->kv.copy_(prefill.final_state);
+      to->v_sum.copy_(v1.sum(-2) + (from != nullptr ? from->v_sum : torch::zeros_like(to->v_sum)));
+      to->key_max.copy_(key_max);
     }
   } else {
-    kernels::CausalLinearPrefillResult prefill =
-        kernels::CausalLinearPrefill(qf, KeyFeatures(k), v1);
+    kernels::CausalLinearPrefillResult prefill = kernels::CausalLinearPrefill(
+        qf, KeyFeatures(k), v1, from != nullptr ? from->kv : torch::Tensor());
     out = prefill.out;
-    if (capture != nullptr) capture->kv.copy_(prefill.final_state);
+    if (to != nullptr) to->kv.copy_(prefill.final_state);
   }
   torch::Tensor denominator = out.narrow(-1, d, 1) + kCausalDenominatorEps * q_sum;
   return (out.narrow(-1, 0, d) / denominator).to(v.scalar_type());

@@ -40,6 +40,18 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         SelfAttentionState* capture = nullptr);
 
+  // Continues the causal state rows `state` ([b, h, ...]) by n tokens at
+  // once: q, k, v [b, h, n, d] -> [b, h, n, d], one chunkwise prefill from
+  // the state (inference only). Generalized-kernel (and no-projection)
+  // heads give exactly what n Step() calls give. Softmax-kernel heads use
+  // one stabiliser for the n tokens, max(state's, the n keys'), where n
+  // steps would use each token's running maximum: the 1e-4 of k' then
+  // weighs as in a full forward whose stabiliser is that maximum, which
+  // lies between the steps' running maximum and the whole sequence's (the
+  // reference's full forward; decode_state.h).
+  torch::Tensor Extend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       SelfAttentionState& state) const;
+
   // q' and k' [.., n, m]. Without gradients to record, the softmax and ReLU
   // kernels run fused with the projection (kernels/favor_features.h).
   torch::Tensor QueryFeatures(const torch::Tensor& q) const;
@@ -74,6 +86,11 @@ class FastAttentionImpl : public torch::nn::Module {
   const torch::Tensor& projection_matrix() const { return projection_matrix_; }
 
  private:
+  // Causal inference from the state `from` (nullptr: empty) that writes the
+  // state after the tokens to `to` (nullptr: not kept); they may alias.
+  torch::Tensor CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
+                                const torch::Tensor& v, const SelfAttentionState* from,
+                                SelfAttentionState* to) const;
   // Whether QueryFeatures/KeyFeatures use the fused kernel for x.
   bool FusedFeatures(const torch::Tensor& x) const;
 

@@ -56,6 +56,12 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> NormalizeCheckpointKeys(
   return out;
 }
 
+void LoadedModel::MoveTo(const torch::Device& device) {
+  if (lm) lm->to(device);
+  if (encdec) encdec->to(device);
+  if (fast_attention) fast_attention->to(device);
+}
+
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   LoadedModel model;
   model.dir = dir;

@@ -27,6 +27,10 @@ struct LoadedModel {
   PerformerLM lm{nullptr};                // model_class PerformerLM
   PerformerEncDec encdec{nullptr};        // model_class PerformerEncDec
   FastAttention fast_attention{nullptr};  // model_class FastAttention
+
+  // Moves the parameters and buffers of whichever module is held to
+  // `device` (dtypes unchanged).
+  void MoveTo(const torch::Device& device);
 };
 
 // Builds the model in eval mode with every parameter loaded.

@@ -136,15 +136,34 @@ torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
                                              const torch::Tensor& positions,
                                              SelfAttentionState& state) {
   const int64_t count = x.size(0), inner = options_.heads * options_.dim_head;
+  const int64_t gh = global_heads(), lh = options_.local_heads;
   torch::Tensor qkv = ProjectQkv(x);
-  torch::Tensor qk = GlobalQueriesKeys(qkv, rotary);
   std::vector<torch::Tensor> outs;
-  outs.reserve(static_cast<size_t>(count));
-  for (int64_t t = 0; t < count; ++t) {
-    outs.push_back(Recur(qkv.narrow(0, t, 1), qk.defined() ? qk.narrow(0, t, 1) : qk,
-                         positions.narrow(0, t, 1), state));
+  if (gh > 0) {
+    // The global heads take the `count` tokens in one chunkwise prefill from
+    // the state: [count, heads, d] <-> [1, heads, count, d].
+    torch::Tensor qk = GlobalQueriesKeys(qkv, rotary);
+    auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };
+    torch::Tensor out =
+        fast_attention_->Extend(heads_first(qk.narrow(1, 0, gh)), heads_first(qk.narrow(1, gh, gh)),
+                                heads_first(qkv.select(1, 2).narrow(1, 0, gh)), state);
+    outs.push_back(out.squeeze(0).transpose(0, 1));
   }
-  return LinearRows(to_out_, torch::cat(outs, 0).reshape({count, inner}));
+  if (lh > 0) {
+    // Local heads step token by token through their ring of recent keys.
+    std::vector<torch::Tensor> local;
+    local.reserve(static_cast<size_t>(count));
+    for (int64_t t = 0; t < count; ++t) {
+      torch::Tensor row = qkv.narrow(0, t, 1);
+      local.push_back(local_attn_->Step(row.select(1, 0).narrow(1, gh, lh),
+                                        row.select(1, 1).narrow(1, gh, lh),
+                                        row.select(1, 2).narrow(1, gh, lh),
+                                        positions.narrow(0, t, 1), state.local_k, state.local_v));
+    }
+    outs.push_back(torch::cat(local, 0));
+  }
+  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
+  return LinearRows(to_out_, out.reshape({count, inner}));
 }
 
 torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& context,

@@ -61,8 +61,9 @@ class PerformerAttentionImpl : public torch::nn::Module {
 
   // Several consecutive positions of ONE sequence (chunked prefill): x [C, dim]
   // at positions [C], rotary rows [C, dim_head] or undefined; `state` holds
-  // one row. The projections run on all C rows at once; the recurrence is
-  // advanced position by position. Returns [C, dim].
+  // one row. The projections run on all C rows at once; the global heads
+  // continue their state with one chunkwise prefill (FastAttention::Extend),
+  // local heads position by position. Returns [C, dim].
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, SelfAttentionState& state);
 

@@ -41,11 +41,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
   absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(dir.string());
   if (!model.ok()) return model.status();
   if (model->model_class == "FastAttention") return std::unique_ptr<HostedModel>();
-  if (options.device != "cpu") {
-    const torch::Device device(options.device);
-    if (model->lm) model->lm->to(device);
-    if (model->encdec) model->encdec->to(device);
-  }
+  if (options.device != "cpu") model->MoveTo(torch::Device(options.device));
 
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir.string());
   if (!tokenizer.ok()) return tokenizer.status();

@@ -65,14 +65,19 @@ TEST_P(RecurrentVsFullForward, StepLogitsMatch) {
 }
 
 // Chunked prefill: Prefill + Extend(chunks) gives the logits of Prefill +
-// one Step per token (the same recurrence; only the GEMM grouping differs),
-// leaves the same state behind, and agrees with the full forward.
+// one Step per token and leaves the same state behind where the recurrence
+// is exact (generalized kernel, local heads), where both also equal the
+// full forward. Softmax-kernel chunks use one stabiliser per chunk where
+// steps use each token's running maximum (FastAttentionImpl::Extend; at one
+// layer a chunk equals the full forward, fast_attention_test.cc): here the
+// two differ by under 1e-4, within StepLogitsMatch's tolerance.
 TEST_P(RecurrentVsFullForward, ExtendMatchesSteps) {
   PerformerLMConfig config = TinyLMConfig();
   GetParam().apply(config);
   models::LoadedModel model = RandomLM(config);
   models::PerformerLM lm = model.lm;
   auto decoder = *PerformerDecoder::Create(std::move(model), 4);
+  const bool exact = GetParam().atol < 1e-4;
   const std::vector<int64_t> prompt = {3, 1, 4, 1, 5};
   std::vector<int64_t> rest;
   for (int i = 0; i < 20; ++i) rest.push_back((i * 11 + 3) % config.num_tokens);
@@ -91,20 +96,20 @@ TEST_P(RecurrentVsFullForward, ExtendMatchesSteps) {
     seq.insert(seq.end(), piece.begin(), piece.end());
     done += chunk;
     SCOPED_TRACE("after " + std::to_string(done) + " extra tokens");
-    EXPECT_TENSOR_CLOSE(*extend_logits, step_logits, 1e-5, 1e-5);
-    // Exactly incremental kernels also equal the full forward; the softmax
-    // kernel's recurrent form differs from it as StepLogitsMatch bounds (the
-    // step equality above is what Extend must keep).
-    if (GetParam().atol < 1e-4) {
+    if (exact) {
+      EXPECT_TENSOR_CLOSE(*extend_logits, step_logits, 1e-5, 1e-5);
       EXPECT_TENSOR_CLOSE(*extend_logits, FullForwardLast(*decoder, lm, seq), GetParam().atol,
                           1e-4);
+    } else {
+      EXPECT_TENSOR_CLOSE(*extend_logits, step_logits, GetParam().atol, 1e-4);
     }
   }
   EXPECT_EQ(*decoder->Position(extended), static_cast<int64_t>(seq.size()));
-  // The states agree: the next step gives the same logits.
+  // The states agree: the next step gives the same logits (within the
+  // bound for the softmax kernel).
   torch::Tensor a = (*decoder->Step({stepped}, {2}))[0];
   torch::Tensor b = (*decoder->Step({extended}, {2}))[0];
-  EXPECT_TENSOR_CLOSE(b, a, 1e-5, 1e-5);
+  EXPECT_TENSOR_CLOSE(b, a, exact ? 1e-5 : GetParam().atol, exact ? 1e-5 : 1e-4);
   // Past max_seq_len: OutOfRange naming the limit.
   std::vector<int64_t> too_many(static_cast<size_t>(config.max_seq_len), 1);
   absl::StatusOr<torch::Tensor> overflow = decoder->Extend(extended, too_many);

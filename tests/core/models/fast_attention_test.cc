@@ -196,6 +196,42 @@ TEST(FastAttentionTest, TheCapturedStateContinuesLikeTheFullForward) {
   ExpectClose(step, attention(in.q, in.k, in.v).select(2, kLength), 1e-10, "step");
 }
 
+TEST(FastAttentionTest, ExtendContinuesTheStateLikeTheFullForward) {
+  // Prompt, then two chunks: each chunk's outputs are the full forward's
+  // over everything so far (the stabiliser of a chunk is the maximum so
+  // far, which is the full forward's), and the state after them is the one
+  // a forward over everything captures.
+  torch::NoGradGuard no_grad;
+  const int64_t prompt = 9, first = 12, second = kLength - prompt - first;
+  const Inputs in = MakeInputs();
+  for (const Variant& variant : Variants()) {
+    if (!variant.causal) continue;
+    FastAttention attention = MakeAttention(variant);
+    attention->to(torch::kDouble);
+    SelfAttentionState state = EmptyState(attention);
+    attention(in.q.narrow(2, 0, prompt), in.k.narrow(2, 0, prompt), in.v.narrow(2, 0, prompt),
+              &state);
+    int64_t done = prompt;
+    for (int64_t chunk : {first, second}) {
+      torch::Tensor out =
+          attention->Extend(in.q.narrow(2, done, chunk), in.k.narrow(2, done, chunk),
+                            in.v.narrow(2, done, chunk), state);
+      done += chunk;
+      torch::Tensor full =
+          attention(in.q.narrow(2, 0, done), in.k.narrow(2, 0, done), in.v.narrow(2, 0, done));
+      ExpectClose(out, full.narrow(2, done - chunk, chunk), 1e-10,
+                  variant.name + " chunk ending at " + std::to_string(done));
+    }
+    SelfAttentionState whole = EmptyState(attention);
+    attention(in.q, in.k, in.v, &whole);
+    ExpectClose(state.kv, whole.kv, 1e-10, variant.name + " kv");
+    if (attention->feature_kind() == FeatureKind::kSoftmax) {
+      EXPECT_TRUE(torch::equal(state.key_max, whole.key_max)) << variant.name;
+      ExpectClose(state.v_sum, whole.v_sum, 1e-12, variant.name + " v_sum");
+    }
+  }
+}
+
 TEST(FastAttentionTest, CaptureNeedsInferenceAndCausality) {
   const Inputs in = MakeInputs();
   FastAttention causal = MakeAttention(Variants()[0]);

@@ -8,6 +8,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/state_dict.h"
 #include "tests/core/models/model_test_util.h"
+#include "tests/testing/cuda_device.h"
 #include "tests/testing/fixtures.h"
 #include "tests/testing/remove_tree.h"
 
@@ -124,6 +125,23 @@ TEST_F(ModelFolderTest, ConfigProblemsNameTheFileAndKeys) {
   EXPECT_NE(LoadModelFolder(dir_.string()).status().message().find("missing \"model_class\""),
             std::string::npos);
   EXPECT_EQ(LoadModelFolder((dir_ / "nope").string()).status().code(), absl::StatusCode::kNotFound);
+}
+
+// MoveTo moves every parameter and buffer of the module held.
+TEST(LoadedModelCudaTest, MoveToMovesEveryTensor) {
+  PERFORMER_REQUIRE_CUDA();
+  LoadedModel model = testing::RandomLM(testing::TinyLMConfig());
+  model.MoveTo(torch::Device(torch::kCUDA));
+  int64_t tensors = 0;
+  for (const torch::Tensor& t : model.lm->parameters()) {
+    EXPECT_TRUE(t.is_cuda());
+    ++tensors;
+  }
+  for (const torch::Tensor& t : model.lm->buffers()) {
+    EXPECT_TRUE(t.is_cuda());
+    ++tensors;
+  }
+  EXPECT_GT(tensors, 10);
 }
 
 TEST(CheckpointKeysTest, AxialLegacyNamesAreRenamed) {

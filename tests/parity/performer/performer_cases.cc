@@ -50,11 +50,7 @@ torch::Tensor Get(const FixtureCase& c, const std::string& name) {
 models::LoadedModel LoadOrFail(const FixtureCase& c) {
   absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(c.dir);
   if (!model.ok()) throw std::runtime_error(std::string(model.status().message()));
-  if (!c.device.is_cpu()) {
-    if (model->lm) model->lm->to(c.device);
-    if (model->encdec) model->encdec->to(c.device);
-    if (model->fast_attention) model->fast_attention->to(c.device);
-  }
+  model->MoveTo(c.device);
   return *std::move(model);
 }
 
