@@ -69,6 +69,7 @@ PerformerDecoder::PerformerDecoder(models::LoadedModel model, int64_t capacity,
   pool_.ResetRows(0, capacity);
   info_.state_bytes_per_sequence = pool_.BytesPerRow();
   prefilled_.assign(static_cast<size_t>(capacity), false);
+  positions_.assign(static_cast<size_t>(capacity), 0);
   if (options.cuda_graphs && device_.is_cuda()) {
     absl::StatusOr<std::unique_ptr<CudaStepGraphs>> graphs =
         CudaStepGraphs::Capture(decoder_, pool_);
@@ -97,6 +98,7 @@ absl::StatusOr<SequenceId> PerformerDecoder::Create() {
   slot_owner_.push_back(id);
   slot_of_[id] = slot;
   prefilled_[static_cast<size_t>(slot)] = false;
+  positions_[static_cast<size_t>(slot)] = 0;
   return id;
 }
 
@@ -153,6 +155,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const Pre
   }
   torch::Tensor logits = decoder_->forward(TokenTensor(r.prompt, device_).unsqueeze(0), options);
   prefilled_[static_cast<size_t>(*slot)] = true;
+  positions_[static_cast<size_t>(*slot)] = static_cast<int64_t>(r.prompt.size());
   return logits[0][logits.size(1) - 1].to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
@@ -166,7 +169,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
   }
   if (tokens.empty()) return absl::InvalidArgumentError("extend needs at least one token");
   if (absl::Status s = CheckTokenIds(tokens, info_.vocab_size, "prompt"); !s.ok()) return s;
-  const int64_t position = pool_.positions[*slot].item<int64_t>();
+  const int64_t position = positions_[static_cast<size_t>(*slot)];
   if (position + static_cast<int64_t>(tokens.size()) > info_.max_seq_len) {
     return absl::OutOfRangeError(
         absl::StrCat("sequence ", id, " is at position ", position, "; ", tokens.size(),
@@ -174,8 +177,10 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
   }
   c10::InferenceMode guard;
   models::DecodeState rows = pool_.Rows(*slot, 1);
-  return decoder_->Extend(TokenTensor(tokens, device_), rows)
-      .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  torch::Tensor logits = decoder_->Extend(TokenTensor(tokens, device_), rows)
+                             .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  positions_[static_cast<size_t>(*slot)] += static_cast<int64_t>(tokens.size());
+  return logits;
 }
 
 absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceId>& ids,
@@ -188,9 +193,6 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
   if (absl::Status s = CheckTokenIds(tokens, info_.vocab_size, "step"); !s.ok()) return s;
   const int64_t count = static_cast<int64_t>(ids.size());
   std::vector<int64_t> slots(ids.size());
-  // One device-to-host copy of the positions on a GPU pool.
-  const torch::Tensor host_positions = device_.is_cpu() ? pool_.positions : pool_.positions.cpu();
-  auto positions = host_positions.accessor<int64_t, 1>();
   for (size_t i = 0; i < ids.size(); ++i) {
     absl::StatusOr<int64_t> slot = SlotOf(ids[i]);
     if (!slot.ok()) return slot.status();
@@ -198,9 +200,10 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
       return absl::FailedPreconditionError(
           absl::StrCat("sequence ", ids[i], " must be prefilled before it is stepped"));
     }
-    if (positions[*slot] >= info_.max_seq_len) {
-      return absl::OutOfRangeError(absl::StrCat("sequence ", ids[i], " is at position ",
-                                                positions[*slot], "; the model's max_seq_len is ",
+    const int64_t position = positions_[static_cast<size_t>(*slot)];
+    if (position >= info_.max_seq_len) {
+      return absl::OutOfRangeError(absl::StrCat("sequence ", ids[i], " is at position ", position,
+                                                "; the model's max_seq_len is ",
                                                 info_.max_seq_len));
     }
     slots[i] = *slot;
@@ -236,6 +239,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
     logits = decoder_->Step(token_tensor, rows);
     pool_.Scatter(index, rows);
   }
+  for (int64_t slot : sorted_slots) ++positions_[static_cast<size_t>(slot)];
   // Back to the caller's order.
   std::vector<int64_t> inverse(ids.size());
   for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
@@ -253,6 +257,7 @@ absl::Status PerformerDecoder::Release(SequenceId id) {
     slot_owner_[static_cast<size_t>(*slot)] = moved;
     slot_of_[moved] = *slot;
     prefilled_[static_cast<size_t>(*slot)] = prefilled_[static_cast<size_t>(last)];
+    positions_[static_cast<size_t>(*slot)] = positions_[static_cast<size_t>(last)];
   }
   slot_owner_.pop_back();
   slot_of_.erase(id);
@@ -262,7 +267,7 @@ absl::Status PerformerDecoder::Release(SequenceId id) {
 absl::StatusOr<int64_t> PerformerDecoder::Position(SequenceId id) const {
   absl::StatusOr<int64_t> slot = SlotOf(id);
   if (!slot.ok()) return slot.status();
-  return pool_.positions[*slot].item<int64_t>();
+  return positions_[static_cast<size_t>(*slot)];
 }
 
 }  // namespace performer::decoding

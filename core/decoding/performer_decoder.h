@@ -68,6 +68,10 @@ class PerformerDecoder : public SequenceDecoder {
   std::vector<SequenceId> slot_owner_;  // slot -> id, for slots [0, active)
   std::unordered_map<SequenceId, int64_t> slot_of_;
   std::vector<bool> prefilled_;  // by slot
+  // By slot: the host's copy of pool_.positions, so that the checks of
+  // Extend and Step and Position() read no device memory (on a GPU each
+  // read would be a copy and a synchronisation).
+  std::vector<int64_t> positions_;
   SequenceId next_id_ = 1;
   std::unique_ptr<CudaStepGraphs> step_graphs_;  // GPU with cuda_graphs only
   absl::Status step_graphs_status_;              // why there are none, if asked for

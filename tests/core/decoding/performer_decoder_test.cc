@@ -271,6 +271,30 @@ TEST(PerformerDecoderTest, ErrorsAreClear) {
   EXPECT_EQ(decoder->active(), 1);
 }
 
+// Positions follow each sequence through Prefill, Extend, Step, a release
+// that moves another sequence into the freed slot, and a new sequence in a
+// reused slot (which starts at 0 whatever the slot held).
+TEST(PerformerDecoderTest, PositionsFollowSequencesAcrossSlots) {
+  auto decoder = MakeDecoder(TinyLMConfig(), 2);
+  SequenceId a = *decoder->Create();
+  SequenceId b = *decoder->Create();
+  ASSERT_TRUE(decoder->Prefill(a, {{1, 2, 3}, {}, {}}).ok());
+  ASSERT_TRUE(decoder->Prefill(b, {{4, 5, 6, 7, 8}, {}, {}}).ok());
+  ASSERT_TRUE(decoder->Extend(b, {1, 2}).ok());
+  ASSERT_TRUE(decoder->Step({b, a}, {3, 3}).ok());
+  EXPECT_EQ(*decoder->Position(a), 4);
+  EXPECT_EQ(*decoder->Position(b), 8);
+  ASSERT_TRUE(decoder->Release(a).ok());  // b moves into a's slot
+  EXPECT_EQ(*decoder->Position(b), 8);
+  ASSERT_TRUE(decoder->Step({b}, {1}).ok());
+  EXPECT_EQ(*decoder->Position(b), 9);
+  SequenceId c = *decoder->Create();  // b's former slot, which held 8
+  EXPECT_EQ(*decoder->Position(c), 0);
+  ASSERT_TRUE(decoder->Prefill(c, {{9}, {}, {}}).ok());
+  EXPECT_EQ(*decoder->Position(c), 1);
+  EXPECT_EQ(*decoder->Position(b), 9);
+}
+
 TEST(PerformerDecoderTest, BidirectionalModelCannotDecode) {
   PerformerLMConfig config = TinyLMConfig();
   config.causal = false;
