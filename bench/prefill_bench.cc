@@ -17,8 +17,10 @@
 // chunks of 512 tokens as the server does (--prefill_chunk_tokens), the
 // first chunk by Prefill and the rest by Extend (one chunkwise prefill per
 // layer from the state), against the same rest fed by single-token Steps
-// (what Extend did before). The Steps use each token's running stabiliser,
-// the chunks one per chunk: the table gives the largest logit difference.
+// (what Extend did before), with all 8 heads global and with 2 of them
+// local (window 64, like the default model). The Steps use each token's
+// running stabiliser, the chunks one per chunk: the table gives the largest
+// logit difference.
 //
 // Threads: $PERFORMER_BENCH_THREADS (default 2).
 #include <torch/torch.h>
@@ -123,10 +125,15 @@ struct ChunkedPrefill {
 
 // A `length`-token prompt of the bench model: the first chunk by Prefill,
 // the rest by Extend per chunk (extend) or by one Step per token.
-ChunkedPrefill PrefillInChunks(int64_t length, bool extend) {
+// local_heads > 0: that many heads of each layer are local (window 64, as
+// in the default model).
+ChunkedPrefill PrefillInChunks(int64_t length, bool extend, int64_t local_heads) {
   torch::manual_seed(5);
   const std::vector<int64_t> prompt = RandomTokens(length, 256);
-  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(BenchConfig(length + 16)), 1);
+  models::PerformerLMConfig config = BenchConfig(length + 16);
+  config.local_attn_heads = {local_heads};
+  config.local_window_size = 64;
+  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(config), 1);
   const decoding::SequenceId id = *decoder->Create();
   const auto start = std::chrono::steady_clock::now();
   ChunkedPrefill result;
@@ -201,16 +208,21 @@ int main() {
     }
   }
   std::printf(
-      "\nbench model, chunked prompt prefill (chunks of %lld)\n\n| prompt tokens | Prefill + "
-      "Extend "
-      "s | Prefill + Steps s | Steps / Extend | max logit difference |\n|---|---|---|---|---|\n",
+      "\nbench model, chunked prompt prefill (chunks of %lld)\n\n| local heads per layer | prompt "
+      "tokens | Prefill + Extend s | Prefill + Steps s | Steps / Extend | max logit difference "
+      "|\n|---|---|---|---|---|---|\n",
       static_cast<long long>(performer::bench::kChunk));
-  for (int64_t length : {1024, 4096}) {
-    const performer::bench::ChunkedPrefill extend = performer::bench::PrefillInChunks(length, true);
-    const performer::bench::ChunkedPrefill steps = performer::bench::PrefillInChunks(length, false);
-    std::printf("| %lld | %.2f | %.2f | %.1fx | %.1e |\n", static_cast<long long>(length),
-                extend.seconds, steps.seconds, steps.seconds / extend.seconds,
-                (extend.logits - steps.logits).abs().max().item<double>());
+  for (int64_t local_heads : {0, 2}) {
+    for (int64_t length : {1024, 4096}) {
+      const performer::bench::ChunkedPrefill extend =
+          performer::bench::PrefillInChunks(length, true, local_heads);
+      const performer::bench::ChunkedPrefill steps =
+          performer::bench::PrefillInChunks(length, false, local_heads);
+      std::printf("| %lld | %lld | %.2f | %.2f | %.1fx | %.1e |\n",
+                  static_cast<long long>(local_heads), static_cast<long long>(length),
+                  extend.seconds, steps.seconds, steps.seconds / extend.seconds,
+                  (extend.logits - steps.logits).abs().max().item<double>());
+    }
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "core/models/local_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -100,6 +101,33 @@ torch::Tensor LocalAttentionImpl::Step(const torch::Tensor& q, const torch::Tens
   torch::Tensor sim = torch::matmul(kr, qr.unsqueeze(-1)).squeeze(-1);  // [B, lh, 2w]
   sim.masked_fill_(visible.logical_not().unsqueeze(1), kMaskValue);
   return torch::matmul(sim.softmax(-1).unsqueeze(-2), ring_v).squeeze(-2);
+}
+
+torch::Tensor LocalAttentionImpl::Extend(const torch::Tensor& q, const torch::Tensor& k,
+                                         const torch::Tensor& v, int64_t start,
+                                         torch::Tensor& ring_k, torch::Tensor& ring_v) {
+  TORCH_CHECK(causal_, "LocalAttention: only causal local attention extends a ring");
+  TORCH_CHECK(q.size(0) == 1, "LocalAttention::Extend takes one sequence, got ", q.size(0));
+  const int64_t n = q.size(2), w = window_size_, ring = 2 * w;
+  // The queries from `start` on look back at most to the window before
+  // start's: its first position is window-aligned, so windows and their
+  // rotary slots are those of the full forward, and the ring (the last 2w
+  // positions) holds every key from there to start - 1.
+  const int64_t first = std::max<int64_t>(0, (start / w - 1) * w);
+  const int64_t prefix = start - first;
+  const torch::TensorOptions index_options = k.options().dtype(torch::kLong);
+  torch::Tensor held = torch::arange(first, start, index_options) % ring;
+  torch::Tensor keys = torch::cat({ring_k.index_select(2, held), k}, 2);
+  torch::Tensor values = torch::cat({ring_v.index_select(2, held), v}, 2);
+  // The prefix positions' queries are not needed: zeros stand in for them.
+  torch::Tensor queries =
+      torch::cat({torch::zeros({q.size(0), q.size(1), prefix, q.size(3)}, q.options()), q}, 2);
+  torch::Tensor out = forward(queries, keys, values).narrow(2, prefix, n);
+  const int64_t keep = std::min(n, ring);
+  torch::Tensor entries = torch::arange(start + n - keep, start + n, index_options) % ring;
+  ring_k.index_copy_(2, entries, k.narrow(2, n - keep, keep));
+  ring_v.index_copy_(2, entries, v.narrow(2, n - keep, keep));
+  return out;
 }
 
 void LocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::Tensor& v,

@@ -139,28 +139,25 @@ torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
   const int64_t gh = global_heads(), lh = options_.local_heads;
   torch::Tensor qkv = ProjectQkv(x);
   std::vector<torch::Tensor> outs;
+  // [count, heads, d] <-> [1, heads, count, d].
+  auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };
   if (gh > 0) {
     // The global heads take the `count` tokens in one chunkwise prefill from
-    // the state: [count, heads, d] <-> [1, heads, count, d].
+    // the state.
     torch::Tensor qk = GlobalQueriesKeys(qkv, rotary);
-    auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };
     torch::Tensor out =
         fast_attention_->Extend(heads_first(qk.narrow(1, 0, gh)), heads_first(qk.narrow(1, gh, gh)),
                                 heads_first(qkv.select(1, 2).narrow(1, 0, gh)), state);
     outs.push_back(out.squeeze(0).transpose(0, 1));
   }
   if (lh > 0) {
-    // Local heads step token by token through their ring of recent keys.
-    std::vector<torch::Tensor> local;
-    local.reserve(static_cast<size_t>(count));
-    for (int64_t t = 0; t < count; ++t) {
-      torch::Tensor row = qkv.narrow(0, t, 1);
-      local.push_back(local_attn_->Step(row.select(1, 0).narrow(1, gh, lh),
-                                        row.select(1, 1).narrow(1, gh, lh),
-                                        row.select(1, 2).narrow(1, gh, lh),
-                                        positions.narrow(0, t, 1), state.local_k, state.local_v));
-    }
-    outs.push_back(torch::cat(local, 0));
+    // Local heads: one windowed forward over the chunk and the ring's keys.
+    const int64_t start = positions[0].item<int64_t>();
+    torch::Tensor out = local_attn_->Extend(heads_first(qkv.select(1, 0).narrow(1, gh, lh)),
+                                            heads_first(qkv.select(1, 1).narrow(1, gh, lh)),
+                                            heads_first(qkv.select(1, 2).narrow(1, gh, lh)), start,
+                                            state.local_k, state.local_v);
+    outs.push_back(out.squeeze(0).transpose(0, 1));
   }
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
   return LinearRows(to_out_, out.reshape({count, inner}));

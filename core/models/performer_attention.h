@@ -63,7 +63,8 @@ class PerformerAttentionImpl : public torch::nn::Module {
   // at positions [C], rotary rows [C, dim_head] or undefined; `state` holds
   // one row. The projections run on all C rows at once; the global heads
   // continue their state with one chunkwise prefill (FastAttention::Extend),
-  // local heads position by position. Returns [C, dim].
+  // local heads with one windowed forward (LocalAttention::Extend). Returns
+  // [C, dim].
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, SelfAttentionState& state);
 

@@ -1,0 +1,58 @@
+#include "core/models/local_attention.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+namespace performer::models {
+namespace {
+
+constexpr int64_t kHeads = 2, kDim = 8, kWindow = 5, kLength = 41;
+
+// Prefill, then chunks of every alignment to the windows (inside one window,
+// across several, longer than the ring): each chunk's outputs are the full
+// forward's rows, and the ring afterwards holds the last 2w keys and values.
+TEST(LocalAttentionTest, ExtendEqualsTheFullForward) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  LocalAttention attention(kDim, kWindow, /*causal=*/true);
+  attention->to(torch::kDouble);
+  const torch::Tensor q = torch::randn({1, kHeads, kLength, kDim}, torch::kDouble);
+  const torch::Tensor k = torch::randn({1, kHeads, kLength, kDim}, torch::kDouble);
+  const torch::Tensor v = torch::randn({1, kHeads, kLength, kDim}, torch::kDouble);
+  const torch::Tensor full = attention(q, k, v);
+  torch::Tensor ring_k = torch::zeros({1, kHeads, 2 * kWindow, kDim}, torch::kDouble);
+  torch::Tensor ring_v = torch::zeros_like(ring_k);
+  const int64_t prompt = 3;
+  attention->InitRing(k.narrow(2, 0, prompt), v.narrow(2, 0, prompt), ring_k, ring_v);
+  int64_t done = prompt;
+  for (int64_t chunk : {1, 2, 4, 7, 13, 1, 10}) {
+    SCOPED_TRACE("chunk of " + std::to_string(chunk) + " from " + std::to_string(done));
+    torch::Tensor out = attention->Extend(q.narrow(2, done, chunk), k.narrow(2, done, chunk),
+                                          v.narrow(2, done, chunk), done, ring_k, ring_v);
+    EXPECT_LE((out - full.narrow(2, done, chunk)).abs().max().item<double>(), 1e-12);
+    done += chunk;
+  }
+  ASSERT_EQ(done, kLength);
+  for (int64_t position = kLength - 2 * kWindow; position < kLength; ++position) {
+    const int64_t entry = position % (2 * kWindow);
+    EXPECT_TRUE(torch::equal(ring_k.select(2, entry), k.select(2, position))) << position;
+    EXPECT_TRUE(torch::equal(ring_v.select(2, entry), v.select(2, position))) << position;
+  }
+}
+
+TEST(LocalAttentionTest, ExtendNeedsCausalAttentionAndOneSequence) {
+  torch::NoGradGuard no_grad;
+  LocalAttention non_causal(kDim, kWindow, /*causal=*/false);
+  torch::Tensor x = torch::randn({1, kHeads, 3, kDim});
+  torch::Tensor ring = torch::zeros({1, kHeads, 2 * kWindow, kDim});
+  torch::Tensor ring_v = ring.clone();
+  EXPECT_THROW(non_causal->Extend(x, x, x, 0, ring, ring_v), c10::Error);
+  LocalAttention causal(kDim, kWindow, /*causal=*/true);
+  torch::Tensor two = torch::randn({2, kHeads, 3, kDim});
+  EXPECT_THROW(causal->Extend(two, two, two, 0, ring, ring_v), c10::Error);
+}
+
+}  // namespace
+}  // namespace performer::models
