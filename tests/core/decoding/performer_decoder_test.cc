@@ -79,8 +79,8 @@ TEST_P(RecurrentVsFullForward, ExtendMatchesSteps) {
   auto decoder = *PerformerDecoder::Create(std::move(model), 4);
   const bool exact = GetParam().atol < 1e-4;
   const std::vector<int64_t> prompt = {3, 1, 4, 1, 5};
-  std::vector<int64_t> rest;
-  for (int i = 0; i < 20; ++i) rest.push_back((i * 11 + 3) % config.num_tokens);
+  std::vector<int64_t> rest(20);
+  for (int64_t i = 0; i < 20; ++i) rest[static_cast<size_t>(i)] = (i * 11 + 3) % config.num_tokens;
   SequenceId stepped = *decoder->Create();
   SequenceId extended = *decoder->Create();
   ASSERT_TRUE(decoder->Prefill(stepped, {prompt, {}, {}}).ok());
@@ -172,11 +172,11 @@ TEST(PerformerDecoderTest, StateBytesPerSequenceIsExact) {
   config.shift_tokens = true;
   auto decoder = MakeDecoder(config);
   const int64_t m = config.resolved_nb_features(), d = 8, gh = 1, lh = 1;
-  const int64_t per_layer_floats = gh * m * (d + 1)  // kv
-                                   + gh              // key max
-                                   + gh * (d + 1)    // v sums and count
-                                   + 2 * lh * 8 * d  // ring of 2w keys and values
-                                   + 2 * (16 / 2);   // shifted pieces of both branches
+  const int64_t per_layer_floats = gh * m * (d + 1)          // kv
+                                   + gh                      // key max
+                                   + gh * (d + 1)            // v sums and count
+                                   + 2 * lh * 8 * d          // ring of 2w keys and values
+                                   + int64_t{2} * (16 / 2);  // shifted pieces of both branches
   EXPECT_EQ(decoder->info().state_bytes_per_sequence, 2 * per_layer_floats * 4 + 8);
   // Known before a decoder is built (a server sizes its pool with it).
   EXPECT_EQ(PerformerDecoder::StateBytesPerSequence(RandomLM(config)),
@@ -219,6 +219,7 @@ TEST(PerformerDecoderTest, BatchedStepsDoNotDependOnBatchCompanions) {
       which = {3, 1};
     }
     std::vector<int64_t> tokens;
+    tokens.reserve(which.size());
     for (size_t s : which) tokens.push_back((step + static_cast<int>(s)) % 20);
     absl::StatusOr<torch::Tensor> out = decoder->Step(batch, tokens);
     ASSERT_TRUE(out.ok()) << out.status();
@@ -425,7 +426,8 @@ void ExpectGraphStepsEqualEagerSteps(const PerformerLMConfig& config) {
     for (size_t i : which) {
       gi.push_back(g[i]);
       ei.push_back(e[i]);
-      tokens.push_back((step * 7 + static_cast<int64_t>(i) * 3 + 1) % config.num_tokens);
+      tokens.push_back((static_cast<int64_t>(step) * 7 + static_cast<int64_t>(i) * 3 + 1) %
+                       config.num_tokens);
     }
     absl::StatusOr<torch::Tensor> x = graphs->Step(gi, tokens);
     absl::StatusOr<torch::Tensor> y = eager->Step(ei, tokens);
