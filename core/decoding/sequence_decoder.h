@@ -60,8 +60,9 @@ class SequenceDecoder {
   virtual absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) = 0;
   // Chunked prefill: feeds more prompt tokens to one prefilled sequence and
   // returns the logits [vocab] after the last. Prefill(a) then Extend(b) is
-  // Prefill(a + b) up to the recurrent form's rounding, at a cost per token
-  // close to a forward's (the projections run on the whole chunk).
+  // Prefill(a + b) up to the recurrent form's rounding (and, for softmax-
+  // kernel heads, the chunk's key stabiliser), at a cost per token close to
+  // a forward's (each layer runs on the whole chunk).
   virtual absl::StatusOr<torch::Tensor> Extend(SequenceId id,
                                                const std::vector<int64_t>& tokens) = 0;
   // Feeds tokens[i] to sequence ids[i]; logits [ids.size(), vocab].
