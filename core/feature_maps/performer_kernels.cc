@@ -50,9 +50,11 @@ torch::Tensor SoftmaxKernelQuery(const torch::Tensor& x, const torch::Tensor& pr
 }
 
 SoftmaxKeyExponents ComputeSoftmaxKeyExponents(const torch::Tensor& x,
-                                               const torch::Tensor& projection) {
+                                               const torch::Tensor& projection,
+                                               const torch::Tensor& floor) {
   torch::Tensor u = ProjectFeatures(x, projection);
   torch::Tensor stabiliser = u.amax({-1, -2}).detach();
+  if (floor.defined()) stabiliser = torch::maximum(floor, stabiliser);
   return {torch::exp(u - SoftmaxKernelDiag(x) - stabiliser.unsqueeze(-1).unsqueeze(-1)),
           stabiliser};
 }

@@ -37,13 +37,15 @@ torch::Tensor SoftmaxKernelKey(const torch::Tensor& x, const torch::Tensor& proj
 // The key map before its ratio and 1e-4: exponents = exp(u - diag - M) with
 // the key stabiliser M = max_{n,f} u (detached, shape [...], one per leading
 // index), so SoftmaxKernelKey = r (exponents + 1e-4). Prefill keeps M and
-// these sums as the decode state's frame.
+// these sums as the decode state's frame. With `floor` ([...], e.g. a decode
+// state's running maximum) M is max(floor, max_{n,f} u) instead.
 struct SoftmaxKeyExponents {
   torch::Tensor exponents;   // [..., n, m]
   torch::Tensor stabiliser;  // [...]
 };
 SoftmaxKeyExponents ComputeSoftmaxKeyExponents(const torch::Tensor& x,
-                                               const torch::Tensor& projection);
+                                               const torch::Tensor& projection,
+                                               const torch::Tensor& floor = {});
 torch::Tensor GeneralizedKernel(const torch::Tensor& x, const torch::Tensor& projection,
                                 KernelFunction fn);
 

@@ -125,25 +125,23 @@ torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const 
     // is larger, whose sums are rescaled to it), and the 1e-4 term is
     // r 1e-4 (q' . 1) (v_sum + cumsum(v1)). Splitting it off keeps the state
     // free of the cancellation that subtracting it afterwards would cause.
-    torch::Tensor u = ProjectFeatures(k, projection_matrix_);
-    torch::Tensor key_max = u.amax({-1, -2});
+    SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(
+        k, projection_matrix_, from != nullptr ? from->key_max : torch::Tensor());
     torch::Tensor initial_state;
     torch::Tensor v_sums = v1.cumsum(-2);
     if (from != nullptr) {
-      key_max = torch::maximum(from->key_max, key_max);
-      initial_state = from->kv * torch::exp(from->key_max - key_max).unsqueeze(-1).unsqueeze(-1);
+      initial_state =
+          from->kv * torch::exp(from->key_max - keys.stabiliser).unsqueeze(-1).unsqueeze(-1);
       v_sums = v_sums + from->v_sum.unsqueeze(-2);
     }
-    torch::Tensor exponents =
-        torch::exp(u - SoftmaxKernelDiag(k) - key_max.unsqueeze(-1).unsqueeze(-1));
     kernels::CausalLinearPrefillResult prefill =
-        kernels::CausalLinearPrefill(qf, exponents, v1, initial_state);
+        kernels::CausalLinearPrefill(qf, keys.exponents, v1, initial_state);
     const double ratio = Ratio(nb_features_);
     out = prefill.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v_sums;
     if (to != nullptr) {
       to->kv.copy_(prefill.final_state);
-      to->v_sum.copy_(v1.sum(-2) + (from != nullptr ? from->v_sum : torch::zeros_like(to->v_sum)));
-      to->key_max.copy_(key_max);
+      to->v_sum.copy_(from != nullptr ? from->v_sum + v1.sum(-2) : v1.sum(-2));
+      to->key_max.copy_(keys.stabiliser);
     }
   } else {
     kernels::CausalLinearPrefillResult prefill = kernels::CausalLinearPrefill(
