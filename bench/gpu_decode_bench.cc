@@ -8,7 +8,8 @@
 // after a 16-token prefill of each sequence:
 //   - tokens/s on the CPU (all cores), on CUDA stepping eagerly and on CUDA
 //     replaying the step's CUDA graphs (decoding/cuda_step_graphs.h), and
-//     the ratios;
+//     the ratios, and the graphs again with the vector decode-step kernel
+//     (kernels::CudaStepKernel::kVectorSplit) against the default;
 //   - with graphs, the achieved memory bandwidth: (weight bytes + B x state
 //     bytes) read per step / step time, as a fraction of the device copy
 //     bandwidth measured in the same run (bench/gpu_reference.h).
@@ -34,6 +35,7 @@
 #include "bench/gpu_reference.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/performer_lm.h"
+#include "kernels/linear_state_step.h"
 
 namespace performer {
 namespace {
@@ -152,21 +154,29 @@ int Main(int argc, char** argv) {
       copy_bandwidth / 1e9, weight_bytes / 1e6, torch::get_num_threads());
   std::printf(
       "| B | CPU tokens/s | CUDA eager tokens/s | CUDA graphs tokens/s | graphs / CPU | graphs / "
-      "eager | CUDA step (ms) | bytes read / step (MB) | achieved GB/s | of copy bandwidth |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      "eager | CUDA step (ms) | bytes read / step (MB) | achieved GB/s | of copy bandwidth | "
+      "graphs, vector step kernel tokens/s | vector / row-block |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t batch : {1, 64, 256}) {
     const StepTiming cpu = TimeSteps(torch::kCPU, batch, cpu_steps, false);
     const StepTiming eager = TimeSteps(cuda, batch, cuda_steps, false);
     const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps, true);
+    // The same graphs with the other CUDA decode-step kernel (captured
+    // when the decoder is made, so selected before).
+    kernels::SetCudaStepKernel(kernels::CudaStepKernel::kVectorSplit);
+    const StepTiming vector = TimeSteps(cuda, batch, cuda_steps, true);
+    kernels::SetCudaStepKernel(kernels::CudaStepKernel::kRowBlocks);
     const double bytes = static_cast<double>(weight_bytes) +
                          static_cast<double>(batch * gpu.state_bytes_per_sequence);
     const double achieved = bytes / gpu.seconds_per_step;
-    std::printf("| %ld | %.0f | %.0f | %.0f | %.1fx | %.1fx | %.3f | %.1f | %.0f | %.1f%% |\n",
-                static_cast<long>(batch), batch / cpu.seconds_per_step,
-                batch / eager.seconds_per_step, batch / gpu.seconds_per_step,
-                cpu.seconds_per_step / gpu.seconds_per_step,
-                eager.seconds_per_step / gpu.seconds_per_step, gpu.seconds_per_step * 1e3,
-                bytes / 1e6, achieved / 1e9, 100.0 * achieved / copy_bandwidth);
+    std::printf(
+        "| %ld | %.0f | %.0f | %.0f | %.1fx | %.1fx | %.3f | %.1f | %.0f | %.1f%% | %.0f | %.2fx "
+        "|\n",
+        static_cast<long>(batch), batch / cpu.seconds_per_step, batch / eager.seconds_per_step,
+        batch / gpu.seconds_per_step, cpu.seconds_per_step / gpu.seconds_per_step,
+        eager.seconds_per_step / gpu.seconds_per_step, gpu.seconds_per_step * 1e3, bytes / 1e6,
+        achieved / 1e9, 100.0 * achieved / copy_bandwidth, batch / vector.seconds_per_step,
+        gpu.seconds_per_step / vector.seconds_per_step);
     std::fflush(stdout);
   }
   std::printf(

@@ -5,9 +5,10 @@
 //   * copy: device-to-device copy bandwidth of a 1 GiB buffer (read + write),
 //     the reference for memory-bound kernels;
 //   * decode step: kernels::FavorStateStep over the bench model's attention
-//     state (8 heads, 256 features, dim_head 64, float32) for B = 1, 64 and
-//     256 sequences: state bytes read + written per second, as a fraction of
-//     the copy bandwidth (goal >= 70%);
+//     state (8 heads, 256 features, dim_head 64, float32) for B = 1, 64, 256
+//     and 1024 sequences: state bytes read + written per second, as a
+//     fraction of the copy bandwidth (goal >= 70%), for both CUDA kernels
+//     (CudaStepKernel: row blocks, vector);
 //   * bf16 GEMM: torch::matmul of two 8192 x 8192 bf16 matrices, the
 //     reference for tensor-core kernels;
 //   * prefill: kernels::CausalLinearPrefill (bf16 inputs, fp32 accumulation)
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 #include "bench/gpu_reference.h"
@@ -90,9 +92,7 @@ torch::Tensor PrefillWithTorchOps(const torch::Tensor& q, const torch::Tensor& k
   return torch::cat(outs, 2);
 }
 
-}  // namespace
-
-int main() {
+int Run() {
   if (!performer::kernels::TorchHasCuda() || !performer::kernels::CudaKernelsCompiled() ||
       !torch::cuda::is_available()) {
     std::printf(
@@ -110,16 +110,25 @@ int main() {
   std::printf("| bf16 GEMM 8192^3 | %.1f TFLOP/s |\n\n", gemm / 1e12);
 
   // B = 64's state (34 MB) fits in an H100's 50 MB L2 across repetitions;
-  // from B = 256 on (136 MB and more) every step streams it from HBM.
+  // from B = 256 on (136 MB and more) every step streams it from HBM. Both
+  // CUDA kernels of the step (CudaStepKernel), in the same run.
   std::printf(
-      "| decode step (FavorStateStep) | state MB | time | state GB/s | of copy |\n"
-      "|---|---|---|---|---|\n");
+      "| decode step (FavorStateStep) | state MB | row-block kernel | of copy | vector kernel | "
+      "of copy | vector / row-block speed |\n"
+      "|---|---|---|---|---|---|---|\n");
+  using performer::kernels::CudaStepKernel;
   for (int64_t batch : {1, 64, 256, 1024}) {
-    double seconds = 0;
-    const double bandwidth = DecodeStepBandwidth(batch, &seconds);
+    double rows_seconds = 0, vector_seconds = 0;
+    performer::kernels::SetCudaStepKernel(CudaStepKernel::kRowBlocks);
+    const double rows_bandwidth = DecodeStepBandwidth(batch, &rows_seconds);
+    performer::kernels::SetCudaStepKernel(CudaStepKernel::kVectorSplit);
+    const double vector_bandwidth = DecodeStepBandwidth(batch, &vector_seconds);
+    performer::kernels::SetCudaStepKernel(CudaStepKernel::kRowBlocks);
     const double state_mb = 4.0 * batch * kHeads * kFeatures * (kDimHead + 1) / 1e6;
-    std::printf("| B = %ld | %.1f | %.1f us | %.0f | %.0f%% |\n", static_cast<long>(batch),
-                state_mb, seconds * 1e6, bandwidth / 1e9, 100.0 * bandwidth / copy);
+    std::printf("| B = %ld | %.1f | %.1f us | %.0f%% | %.1f us | %.0f%% | %.2fx |\n",
+                static_cast<long>(batch), state_mb, rows_seconds * 1e6,
+                100.0 * rows_bandwidth / copy, vector_seconds * 1e6,
+                100.0 * vector_bandwidth / copy, rows_seconds / vector_seconds);
   }
 
   std::printf(
@@ -145,4 +154,15 @@ int main() {
                 ops / kernel);
   }
   return 0;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return Run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_kernel_bench: %s\n", e.what());
+    return 1;
+  }
 }

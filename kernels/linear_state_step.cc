@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -12,6 +13,15 @@
 #endif
 
 namespace performer::kernels {
+namespace {
+
+std::atomic<CudaStepKernel> cuda_step_kernel{CudaStepKernel::kRowBlocks};
+
+}  // namespace
+
+void SetCudaStepKernel(CudaStepKernel kernel) { cuda_step_kernel.store(kernel); }
+
+CudaStepKernel GetCudaStepKernel() { return cuda_step_kernel.load(); }
 
 bool LinearStateStepSupported(const torch::Tensor& state) {
   if (!state.defined() || state.scalar_type() != torch::kFloat || state.dim() != 3 ||

@@ -65,6 +65,20 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
                              const torch::Tensor& v, double kernel_eps, double denominator_eps,
                              const torch::Tensor& slots = {});
 
+// The CUDA kernel behind LinearStateStep, LinearStateStepNormalized and
+// FavorStateStep (the CPU has one). Process-wide; read at every call.
+//   kRowBlocks (the default): one block per state row, 4-byte loads; run
+//     and measured on an H100 (docs/gpu.md).
+//   kVectorSplit: 16-byte vectors with the read-out summed per column in
+//     registers, and each row split over several blocks when the batch is
+//     too small to fill the device (kernels/cuda/linear_state_step_plan.h).
+//     Shapes it does not take (M (E + 1) % 4 != 0) run kRowBlocks. Written
+//     in a session without a GPU: its tests and benchmark have not run yet,
+//     which is why it is not the default.
+enum class CudaStepKernel { kRowBlocks, kVectorSplit };
+void SetCudaStepKernel(CudaStepKernel kernel);
+CudaStepKernel GetCudaStepKernel();
+
 // True when LinearStateStep has a kernel for this state (device, dtype,
 // layout): contiguous float32 (rows, M, E + 1) on the CPU, or on a CUDA
 // device when this build compiled kernels/cuda.

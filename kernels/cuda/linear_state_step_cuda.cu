@@ -28,6 +28,103 @@ __device__ float WarpSum(float x) {
   return x;
 }
 
+constexpr int kNewKeyMax = 5;
+constexpr int kLastBlock = 6;
+
+// Stages the q and k features of row r in shared memory (q_s, k_s: M each)
+// and sets scalars[kDecay] (and, for FAVOR+, scalars[kNewKeyMax]; the caller
+// writes it back to key_max once no block of the row still reads the old
+// value) and scalars[kQuerySum] when normalising. Ends with a barrier.
+__device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t slot, float* q_s,
+                              float* k_s, float* scalars) {
+  const int m = static_cast<int>(a.features);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  if (a.projections != nullptr) {
+    const int64_t b = r / a.heads, h = r % a.heads;
+    const int64_t query_index = (b * 2) * a.heads + h;
+    const int64_t key_index = (b * 2 + 1) * a.heads + h;
+    const float* uq = a.projections + query_index * m;
+    const float* uk = a.projections + key_index * m;
+    for (int f = tid; f < m; f += threads) {
+      q_s[f] = uq[f];
+      k_s[f] = uk[f];
+    }
+    __syncthreads();
+    if (tid < 32) {
+      float q_max = -CUDART_INF_F, k_max = -CUDART_INF_F;
+      for (int f = tid; f < m; f += 32) {
+        q_max = fmaxf(q_max, q_s[f]);
+        k_max = fmaxf(k_max, k_s[f]);
+      }
+      q_max = WarpMax(q_max);
+      k_max = WarpMax(k_max);
+      if (tid == 0) {
+        const float old_max = a.key_max[slot];
+        const float new_max = fmaxf(old_max, k_max);
+        scalars[kNewKeyMax] = new_max;
+        scalars[kDecay] = expf(old_max - new_max);
+        scalars[kQueryShift] = a.diag[query_index] + q_max;
+        scalars[kKeyShift] = a.diag[key_index] + new_max;
+      }
+    }
+    __syncthreads();
+    const float query_shift = scalars[kQueryShift], key_shift = scalars[kKeyShift];
+    for (int f = tid; f < m; f += threads) {
+      q_s[f] = expf(q_s[f] - query_shift) + a.kernel_eps;
+      k_s[f] = expf(k_s[f] - key_shift);
+    }
+  } else {
+    for (int f = tid; f < m; f += threads) {
+      q_s[f] = a.q[r * m + f];
+      k_s[f] = a.k[r * m + f];
+    }
+    if (tid == 0) scalars[kDecay] = a.decay != nullptr ? a.decay[r] : 1.0f;
+  }
+  __syncthreads();
+  if (a.normalize && tid < 32) {
+    float q_sum = 0.0f;
+    for (int f = tid; f < m; f += 32) q_sum += q_s[f];
+    q_sum = WarpSum(q_sum);
+    if (tid == 0) scalars[kQuerySum] = q_sum;
+  }
+  __syncthreads();
+}
+
+// Writes row r's output from its column sums acc_s = q . S (E + 1), with
+// the normalisation and the running sums when a.normalize.
+__device__ void WriteOutput(const LinearStateStepArgs& a, int64_t r, int64_t slot,
+                            const float* acc_s, float* scalars) {
+  const int c = static_cast<int>(a.columns);
+  const int e = c - 1;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const float* v = a.v + r * e;
+  if (!a.normalize) {
+    for (int j = tid; j < c; j += threads) a.out[r * c + j] = acc_s[j];
+    return;
+  }
+  float* sums = a.sums != nullptr ? a.sums + slot * c : nullptr;
+  const float q_sum = scalars[kQuerySum];
+  if (tid == 0) {
+    // Read sums[E] before any thread updates it (barrier below).
+    float n = a.scale * acc_s[e];
+    if (sums != nullptr) n += a.offset * q_sum * (sums[e] + 1.0f);
+    scalars[kDenominator] = n + a.eps * q_sum;
+  }
+  __syncthreads();
+  const float denominator = scalars[kDenominator];
+  for (int j = tid; j < c; j += threads) {
+    float n = a.scale * acc_s[j];
+    if (sums != nullptr) {
+      const float s = sums[j] + (j < e ? v[j] : 1.0f);
+      sums[j] = s;
+      n += a.offset * q_sum * s;
+    }
+    if (j < e) a.out[r * e + j] = n / denominator;
+  }
+}
+
 // Block r steps row r (see the header); blocks are one-dimensional.
 // Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
 // (blockDim.x) | scalars.
@@ -57,54 +154,8 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   const float* v = a.v + r * e;
 
   // 1. The q and k features of the row, staged in shared memory.
-  if (a.projections != nullptr) {
-    const int64_t b = r / a.heads, h = r % a.heads;
-    const int64_t query_index = (b * 2) * a.heads + h;
-    const int64_t key_index = (b * 2 + 1) * a.heads + h;
-    const float* uq = a.projections + query_index * m;
-    const float* uk = a.projections + key_index * m;
-    for (int f = tid; f < m; f += threads) {
-      q_s[f] = uq[f];
-      k_s[f] = uk[f];
-    }
-    __syncthreads();
-    if (tid < 32) {
-      float q_max = -CUDART_INF_F, k_max = -CUDART_INF_F;
-      for (int f = tid; f < m; f += 32) {
-        q_max = fmaxf(q_max, q_s[f]);
-        k_max = fmaxf(k_max, k_s[f]);
-      }
-      q_max = WarpMax(q_max);
-      k_max = WarpMax(k_max);
-      if (tid == 0) {
-        const float old_max = a.key_max[slot];
-        const float new_max = fmaxf(old_max, k_max);
-        a.key_max[slot] = new_max;
-        scalars[kDecay] = expf(old_max - new_max);
-        scalars[kQueryShift] = a.diag[query_index] + q_max;
-        scalars[kKeyShift] = a.diag[key_index] + new_max;
-      }
-    }
-    __syncthreads();
-    const float query_shift = scalars[kQueryShift], key_shift = scalars[kKeyShift];
-    for (int f = tid; f < m; f += threads) {
-      q_s[f] = expf(q_s[f] - query_shift) + a.kernel_eps;
-      k_s[f] = expf(k_s[f] - key_shift);
-    }
-  } else {
-    for (int f = tid; f < m; f += threads) {
-      q_s[f] = a.q[r * m + f];
-      k_s[f] = a.k[r * m + f];
-    }
-    if (tid == 0) scalars[kDecay] = a.decay != nullptr ? a.decay[r] : 1.0f;
-  }
-  __syncthreads();
-  if (a.normalize && tid < 32) {
-    float q_sum = 0.0f;
-    for (int f = tid; f < m; f += 32) q_sum += q_s[f];
-    q_sum = WarpSum(q_sum);
-    if (tid == 0) scalars[kQuerySum] = q_sum;
-  }
+  StageFeatures(a, r, slot, q_s, k_s, scalars);
+  if (a.projections != nullptr && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
 
   // 2. Update and read-out. With C <= threads, thread t owns column
   // t % C of features t / C, t / C + G, ... (G = threads / C groups): the
@@ -160,34 +211,129 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   }
 
   // 3. Output.
-  if (!a.normalize) {
-    for (int j = tid; j < c; j += threads) a.out[r * c + j] = acc_s[j];
-    return;
-  }
-  float* sums = a.sums != nullptr ? a.sums + slot * c : nullptr;
-  const float q_sum = scalars[kQuerySum];
-  if (tid == 0) {
-    // Read sums[E] before any thread updates it (barrier below).
-    float n = a.scale * acc_s[e];
-    if (sums != nullptr) n += a.offset * q_sum * (sums[e] + 1.0f);
-    scalars[kDenominator] = n + a.eps * q_sum;
-  }
-  __syncthreads();
-  const float denominator = scalars[kDenominator];
-  for (int j = tid; j < c; j += threads) {
-    float n = a.scale * acc_s[j];
-    if (sums != nullptr) {
-      const float s = sums[j] + (j < e ? v[j] : 1.0f);
-      sums[j] = s;
-      n += a.offset * q_sum * s;
-    }
-    if (j < e) a.out[r * e + j] = n / denominator;
-  }
+  WriteOutput(a, r, slot, acc_s, scalars);
 }
 
-}  // namespace
+// The vector kernel (linear_state_step_plan.h): block (r, s) steps periods
+// [s P, (s + 1) P) of row r's flat state, P = plan.periods_per_split.
+// Shared memory, in floats: partial (4 T, first: 16-byte aligned) | q (M) |
+// k (M) | acc (E + 1) | scalars.
+constexpr int kVectorUnroll = 4;  // 16-byte loads in flight per thread
 
-const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream) {
+// One state element s of feature f: S = decay S + k_f v, acc += q_f S.
+__device__ __forceinline__ void UpdateLane(float& s, int f, float v, float decay, const float* k_s,
+                                           const float* q_s, float& acc) {
+  s = s * decay + k_s[f] * v;
+  acc += q_s[f] * s;
+}
+
+__global__ void __launch_bounds__(kVectorStepMaxThreads)
+    LinearStateStepVectorKernel(LinearStateStepArgs a, VectorStepPlan plan, float* workspace) {
+  extern __shared__ float4 shared4[];
+  const int m = static_cast<int>(a.features);
+  const int c = static_cast<int>(a.columns);
+  const int e = c - 1;
+  float* partial = reinterpret_cast<float*>(shared4);
+  float* q_s = partial + plan.period;
+  float* k_s = q_s + m;
+  float* acc_s = k_s + m;
+  float* scalars = acc_s + c;
+  const int64_t r = blockIdx.x;
+  const int64_t split = blockIdx.y;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t slot = a.slots != nullptr ? a.slots[r] : r;
+  if (slot < 0 || slot >= a.pool) {
+    // Block-uniform exit, before any barrier; the row's first split writes
+    // the NaN row. No split of this row reaches the workspace counter.
+    const int out_columns = a.normalize ? e : c;
+    if (split == 0) {
+      for (int j = tid; j < out_columns; j += threads) a.out[r * out_columns + j] = CUDART_NAN_F;
+    }
+    return;
+  }
+  const int64_t elements = static_cast<int64_t>(m) * c;
+  float4* state = reinterpret_cast<float4*>(a.state + slot * elements);
+  const float* v = a.v + r * e;
+
+  // 1. Features (every split computes them: 2 M values against its share of
+  // the M x C state).
+  StageFeatures(a, r, slot, q_s, k_s, scalars);
+  const float decay = scalars[kDecay];
+
+  // 2. Update and read-out. Lane u of thread t is flat offset 4 t + u of
+  // every period: its column, and so v and the partial sum, are fixed.
+  int lane_feature[4];
+  float lane_v[4];
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int64_t lane = 4 * static_cast<int64_t>(tid) + u;
+    const int64_t j = VectorLaneColumn(lane, c);
+    lane_feature[u] = static_cast<int>(VectorLaneFeature(lane, 0, plan, c));
+    lane_v[u] = j < e ? v[j] : 1.0f;
+  }
+  const int64_t first = split * plan.periods_per_split;
+  const int64_t last =
+      first + plan.periods_per_split < plan.periods ? first + plan.periods_per_split : plan.periods;
+  const int64_t vectors = elements / 4;  // whole: M C % 4 == 0
+  for (int64_t n0 = first; n0 < last; n0 += kVectorUnroll) {
+    float4 x[kVectorUnroll];
+#pragma unroll
+    for (int i = 0; i < kVectorUnroll; ++i) {
+      const int64_t index = (n0 + i) * threads + tid;  // in float4s
+      if (n0 + i < last && index < vectors) x[i] = state[index];
+    }
+#pragma unroll
+    for (int i = 0; i < kVectorUnroll; ++i) {
+      const int64_t index = (n0 + i) * threads + tid;
+      if (n0 + i < last && index < vectors) {
+        const int f = static_cast<int>((n0 + i) * plan.features_per_period);
+        // Named components, not an index into x[i]: that would put x in
+        // local memory.
+        UpdateLane(x[i].x, f + lane_feature[0], lane_v[0], decay, k_s, q_s, acc[0]);
+        UpdateLane(x[i].y, f + lane_feature[1], lane_v[1], decay, k_s, q_s, acc[1]);
+        UpdateLane(x[i].z, f + lane_feature[2], lane_v[2], decay, k_s, q_s, acc[2]);
+        UpdateLane(x[i].w, f + lane_feature[3], lane_v[3], decay, k_s, q_s, acc[3]);
+        state[index] = x[i];
+      }
+    }
+  }
+  reinterpret_cast<float4*>(partial)[tid] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  __syncthreads();
+  // Column j's partial sums sit at lanes j, j + C, ... of the period.
+  for (int j = tid; j < c; j += threads) {
+    float total = 0.0f;
+    for (int64_t i = 0; i < plan.features_per_period; ++i) total += partial[j + i * c];
+    acc_s[j] = total;
+  }
+  __syncthreads();
+
+  // 3. With several splits, the row's blocks add their sums into the
+  // workspace; the last to arrive (a ticket after a fence, as in CUDA's
+  // threadFenceReduction sample) reads the totals from L2 and finishes.
+  if (plan.splits > 1) {
+    float* row_sums = workspace + r * c;
+    unsigned int* tickets = reinterpret_cast<unsigned int*>(workspace + a.rows * c);
+    for (int j = tid; j < c; j += threads) atomicAdd(row_sums + j, acc_s[j]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned int ticket = atomicAdd(tickets + r, 1u);
+      scalars[kLastBlock] = ticket + 1 == static_cast<unsigned int>(plan.splits) ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    if (scalars[kLastBlock] == 0.0f) return;  // block-uniform
+    __threadfence();
+    for (int j = tid; j < c; j += threads) acc_s[j] = __ldcg(row_sums + j);
+    __syncthreads();
+  }
+  // Every split has read key_max[slot] by now (its ticket came after).
+  if (a.projections != nullptr && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
+  WriteOutput(a, r, slot, acc_s, scalars);
+}
+
+const char* CheckArgs(const LinearStateStepArgs& args) {
   if (args.features < 1 || args.columns < 1) return "M and E + 1 must be positive";
   if (args.slots == nullptr && args.pool < args.rows) return "fewer states than rows";
   if (args.projections != nullptr &&
@@ -198,14 +344,56 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
     return "q and k are required without projections";
   }
   if (args.rows > 0x7fffffff) return "too many rows for one grid";
+  return nullptr;
+}
+
+const char* LaunchError() {
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+int64_t VectorSharedFloats(const LinearStateStepArgs& args, const VectorStepPlan& plan) {
+  return plan.period + 2 * args.features + args.columns + kScalars;
+}
+
+}  // namespace
+
+const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream) {
+  if (const char* error = CheckArgs(args)) return error;
   if (args.rows == 0) return nullptr;
   const int64_t shared_floats = 2 * args.features + args.columns + kThreadsPerBlock + kScalars;
   if (shared_floats > kMaxStateStepSharedFloats) return "2 M + E too large for shared memory";
   LinearStateStepKernel<<<static_cast<unsigned>(args.rows), kThreadsPerBlock,
                           sizeof(float) * static_cast<size_t>(shared_floats),
                           static_cast<cudaStream_t>(stream)>>>(args);
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchError();
+}
+
+VectorStepPlan VectorStepPlanFor(const LinearStateStepArgs& args, int device) {
+  int sm_count = 0;
+  if (cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();  // clear it: the plan then assumes one SM
+    sm_count = 1;
+  }
+  VectorStepPlan plan = MakeVectorStepPlan(args.rows, args.features, args.columns, sm_count);
+  if (plan.supported && VectorSharedFloats(args, plan) > kMaxStateStepSharedFloats) {
+    plan.supported = false;
+  }
+  return plan;
+}
+
+const char* LinearStateStepVectorForward(const LinearStateStepArgs& args, int device,
+                                         float* workspace, void* stream) {
+  if (const char* error = CheckArgs(args)) return error;
+  if (args.rows == 0) return nullptr;
+  const VectorStepPlan plan = VectorStepPlanFor(args, device);
+  if (!plan.supported) return "shape not supported by the vector kernel (M (E + 1) % 4 != 0)";
+  if (plan.workspace_floats > 0 && workspace == nullptr) return "the split needs a workspace";
+  const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(plan.splits));
+  LinearStateStepVectorKernel<<<grid, static_cast<unsigned>(plan.threads),
+                                sizeof(float) * static_cast<size_t>(VectorSharedFloats(args, plan)),
+                                static_cast<cudaStream_t>(stream)>>>(args, plan, workspace);
+  return LaunchError();
 }
 
 }  // namespace performer::kernels::cuda

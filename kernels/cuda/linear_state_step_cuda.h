@@ -17,19 +17,22 @@
 //   M' = max(key_max[p], max_f u_k); decay = exp(key_max[p] - M');
 //   k = exp(u_k - diag_k - M').
 //
-// One block per row r: threadIdx.x runs over the E + 1 columns, threadIdx.y
-// over interleaved groups of the M features; q and k of the row are staged in
-// shared memory, each state element is read and written exactly once, and
-// the per-column partial sums of q . S are reduced across threadIdx.y in
-// shared memory. A row whose slot is outside [0, pool) touches no state and
-// gets a NaN output row. Slots must be distinct (rows run concurrently).
+// LinearStateStepForward (CudaStepKernel::kRowBlocks): one block per row r
+// walking the row's M x (E + 1) state as one contiguous array, thread t
+// owning column t mod (E + 1); q and k of the row are staged in shared
+// memory, each state element is read and written exactly once, and the
+// per-column partial sums of q . S are reduced in shared memory. A row whose
+// slot is outside [0, pool) touches no state and gets a NaN output row.
+// Slots must be distinct (rows run concurrently).
 // Returns a CUDA error string or nullptr.
 //
 // Status: called by kernels/linear_state_step.cc for CUDA tensors; compiled
-// by CI (nvcc) but not yet run on a GPU (docs/gpu.md).
+// by CI (nvcc), run and measured on an H100 (docs/gpu.md).
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cuda/linear_state_step_plan.h"
 
 namespace performer::kernels::cuda {
 
@@ -64,5 +67,18 @@ struct LinearStateStepArgs {
 constexpr int64_t kMaxStateStepSharedFloats = 11 * 1024;
 
 const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream);
+
+// The same step by the vector kernel (CudaStepKernel::kVectorSplit, layout
+// in kernels/cuda/linear_state_step_plan.h): 16-byte state vectors, per-lane
+// column sums in registers, and a row split over several blocks for small
+// batches. VectorStepPlanFor says whether it takes the shape (M (E + 1) % 4
+// == 0, E + 1 small enough) and how many zeroed workspace floats the call
+// needs; the caller passes that workspace (zeros, on the state's device) or
+// null when workspace_floats is 0. device: the CUDA device the state is on
+// (its SM count sets the split). Written in a session without a GPU: not
+// yet run (docs/gpu.md).
+VectorStepPlan VectorStepPlanFor(const LinearStateStepArgs& args, int device);
+const char* LinearStateStepVectorForward(const LinearStateStepArgs& args, int device,
+                                         float* workspace, void* stream);
 
 }  // namespace performer::kernels::cuda

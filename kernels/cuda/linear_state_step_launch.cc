@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/linear_state_step_cuda.h"
 #include "kernels/cuda/torch_cuda.h"
+#include "kernels/linear_state_step.h"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -38,6 +39,26 @@ LinearStateStepArgs BaseArgs(torch::Tensor& state, const torch::Tensor& v,
   return a;
 }
 
+// Runs the kernel that GetCudaStepKernel() selects; the vector kernel's
+// split needs a zeroed workspace, allocated here from LibTorch's caching
+// allocator (inside a CUDA graph capture too: the zeroing is a graph node).
+void Launch(const LinearStateStepArgs& a, const torch::Tensor& state, const char* op) {
+  if (GetCudaStepKernel() == CudaStepKernel::kVectorSplit) {
+    const int device = state.device().index();
+    const VectorStepPlan plan = VectorStepPlanFor(a, device);
+    if (plan.supported) {
+      torch::Tensor workspace;
+      if (plan.workspace_floats > 0)
+        workspace = torch::zeros({plan.workspace_floats}, state.options());
+      CheckLaunch(LinearStateStepVectorForward(a, device, PointerOrNull<float>(workspace),
+                                               CurrentStream(state)),
+                  op);
+      return;
+    }
+  }
+  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), op);
+}
+
 }  // namespace
 
 torch::Tensor LinearStateStepCuda(torch::Tensor& state, const torch::Tensor& q,
@@ -49,7 +70,7 @@ torch::Tensor LinearStateStepCuda(torch::Tensor& state, const torch::Tensor& q,
   a.q = q32.data_ptr<float>();
   a.k = k32.data_ptr<float>();
   a.decay = PointerOrNull<float>(decay32);
-  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), "LinearStateStep");
+  Launch(a, state, "LinearStateStep");
   return out;
 }
 
@@ -71,7 +92,7 @@ torch::Tensor LinearStateStepNormalizedCuda(torch::Tensor& state, const torch::T
   a.scale = static_cast<float>(scale);
   a.offset = static_cast<float>(offset);
   a.eps = static_cast<float>(eps);
-  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), "LinearStateStepNormalized");
+  Launch(a, state, "LinearStateStepNormalized");
   return out;
 }
 
@@ -97,7 +118,7 @@ torch::Tensor FavorStateStepCuda(torch::Tensor& state, torch::Tensor& key_max, t
   a.key_max = key_max.data_ptr<float>();
   a.heads = projections.size(2);
   a.kernel_eps = static_cast<float>(kernel_eps);
-  CheckLaunch(LinearStateStepForward(a, CurrentStream(state)), "FavorStateStep");
+  Launch(a, state, "FavorStateStep");
   return out;
 }
 

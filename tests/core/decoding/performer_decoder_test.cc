@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/decoding/generate.h"
+#include "kernels/linear_state_step.h"
 #include "tests/core/models/model_test_util.h"
 #include "tests/testing/cuda_device.h"
 #include "tests/testing/fixtures.h"
@@ -400,7 +401,11 @@ namespace {
 // On a GPU, steps that replay the captured CUDA graphs give the logits of
 // eager steps: every live sequence stepping (buckets 1, 2, 4 with padding
 // rows), after a release (rows moved), and a subset stepping (eager).
-void ExpectGraphStepsEqualEagerSteps(const PerformerLMConfig& config) {
+// graph_kernel: the CUDA decode-step kernel captured in the graphs (the
+// eager steps run the default, kRowBlocks).
+void ExpectGraphStepsEqualEagerSteps(
+    const PerformerLMConfig& config,
+    kernels::CudaStepKernel graph_kernel = kernels::CudaStepKernel::kRowBlocks) {
   auto on_gpu = [&] {
     models::LoadedModel model = RandomLM(config, 5);
     model.lm->to(torch::kCUDA);
@@ -408,7 +413,9 @@ void ExpectGraphStepsEqualEagerSteps(const PerformerLMConfig& config) {
   };
   PerformerDecoderOptions eager_options;
   eager_options.cuda_graphs = false;
+  kernels::SetCudaStepKernel(graph_kernel);
   auto graphs = *PerformerDecoder::Create(on_gpu(), 4);
+  kernels::SetCudaStepKernel(kernels::CudaStepKernel::kRowBlocks);
   auto eager = *PerformerDecoder::Create(on_gpu(), 4, eager_options);
   ASSERT_TRUE(graphs->info().cuda_graphs) << graphs->cuda_graphs_status();
   EXPECT_FALSE(eager->info().cuda_graphs);
@@ -457,6 +464,17 @@ TEST(PerformerDecoderCudaTest, GraphStepsEqualEagerStepsWithLocalHeads) {
   config.local_attn_heads = {1};
   config.local_window_size = 4;
   ExpectGraphStepsEqualEagerSteps(config);
+}
+
+// Graphs captured with the vector step kernel (a split per row at these
+// batch sizes) against eager steps of the row-block kernel.
+TEST(PerformerDecoderCudaTest, VectorStepKernelGraphsEqualRowBlockEagerSteps) {
+  PERFORMER_REQUIRE_CUDA();
+  PerformerLMConfig config = TinyLMConfig();  // M 16, E + 1 = 9: whole vectors
+  ExpectGraphStepsEqualEagerSteps(config, kernels::CudaStepKernel::kVectorSplit);
+  config.local_attn_heads = {1};
+  config.local_window_size = 4;
+  ExpectGraphStepsEqualEagerSteps(config, kernels::CudaStepKernel::kVectorSplit);
 }
 
 TEST(PerformerDecoderTest, NoCudaGraphsOnTheCpu) {

@@ -1,11 +1,19 @@
-// CUDA fused decode step against the CPU kernel (its reference).
+// CUDA fused decode step against the CPU kernel (its reference), for both
+// CUDA kernels (CudaStepKernel): the measured row-block kernel and the
+// vector kernel with its split rows.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
+#include <tuple>
 
 #include "kernels/linear_state_step.h"
 #include "tests/testing/cuda_device.h"
+
+#if PERFORMER_TORCH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace performer::kernels {
 namespace {
@@ -15,12 +23,24 @@ struct StepShape {
   bool decay, sums, slots;
 };
 
-std::string ShapeName(const ::testing::TestParamInfo<StepShape>& info) {
-  const StepShape& s = info.param;
-  return "R" + std::to_string(s.rows) + "M" + std::to_string(s.features) + "E" +
+using StepParam = std::tuple<StepShape, CudaStepKernel>;
+
+std::string ShapeName(const ::testing::TestParamInfo<StepParam>& info) {
+  const StepShape& s = std::get<0>(info.param);
+  return std::string(std::get<1>(info.param) == CudaStepKernel::kVectorSplit ? "Vector" : "Rows") +
+         "R" + std::to_string(s.rows) + "M" + std::to_string(s.features) + "E" +
          std::to_string(s.dims) + (s.decay ? "Decay" : "") + (s.sums ? "Sums" : "") +
          (s.slots ? "Slots" : "");
 }
+
+// Selects the parameter's CUDA kernel for the test, and restores the
+// default after it.
+class StepKernelTest : public ::testing::TestWithParam<StepParam> {
+ protected:
+  void SetUp() override { SetCudaStepKernel(std::get<1>(GetParam())); }
+  void TearDown() override { SetCudaStepKernel(CudaStepKernel::kRowBlocks); }
+  static StepShape Shape() { return std::get<0>(GetParam()); }
+};
 
 // A pool twice the batch with the rows scattered over it, or the identity.
 torch::Tensor MakeSlots(const StepShape& s) {
@@ -42,11 +62,11 @@ void ExpectClose(const torch::Tensor& got, const torch::Tensor& expected, const 
       << what << ": max |diff| " << (g - expected).abs().max().item<float>();
 }
 
-class LinearStateStepCudaTest : public ::testing::TestWithParam<StepShape> {};
+class LinearStateStepCudaTest : public StepKernelTest {};
 
 TEST_P(LinearStateStepCudaTest, MatchesCpuKernelOverSeveralSteps) {
   PERFORMER_REQUIRE_CUDA();
-  const StepShape s = GetParam();
+  const StepShape s = Shape();
   torch::manual_seed(31);
   const torch::Tensor slots = MakeSlots(s);
   torch::Tensor cpu_state = torch::randn({PoolSize(s), s.features, s.dims + 1});
@@ -66,7 +86,7 @@ TEST_P(LinearStateStepCudaTest, MatchesCpuKernelOverSeveralSteps) {
 
 TEST_P(LinearStateStepCudaTest, NormalizedMatchesCpuKernel) {
   PERFORMER_REQUIRE_CUDA();
-  const StepShape s = GetParam();
+  const StepShape s = Shape();
   torch::manual_seed(32);
   const torch::Tensor slots = MakeSlots(s);
   torch::Tensor cpu_state = torch::rand({PoolSize(s), s.features, s.dims + 1});
@@ -91,7 +111,7 @@ TEST_P(LinearStateStepCudaTest, NormalizedMatchesCpuKernel) {
 
 TEST_P(LinearStateStepCudaTest, FavorMatchesCpuKernelWithAGrowingKeyMaximum) {
   PERFORMER_REQUIRE_CUDA();
-  const StepShape s = GetParam();
+  const StepShape s = Shape();
   torch::manual_seed(33);
   // Rows = B * H with H = 1 for odd row counts.
   const int64_t heads = s.rows % 2 == 0 ? 2 : 1, batch = s.rows / heads;
@@ -118,16 +138,79 @@ TEST_P(LinearStateStepCudaTest, FavorMatchesCpuKernelWithAGrowingKeyMaximum) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, LinearStateStepCudaTest,
-                         ::testing::Values(StepShape{1, 1, 1, false, false, false},
-                                           StepShape{1, 17, 33, false, false, false},
-                                           StepShape{1, 17, 33, true, true, true},
-                                           StepShape{3, 33, 17, true, false, true},
-                                           StepShape{64, 17, 33, false, true, false},
-                                           StepShape{64, 17, 33, true, true, true},
-                                           StepShape{64, 256, 64, true, true, false},
-                                           StepShape{8, 266, 300, true, true, true}),
-                         ShapeName);
+// The vector kernel takes shapes with M (E + 1) % 4 == 0 (the others run the
+// row-block kernel under either setting); R = 1 and 3 split rows over blocks.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearStateStepCudaTest,
+    ::testing::Combine(
+        ::testing::Values(
+            StepShape{1, 1, 1, false, false, false}, StepShape{1, 17, 33, false, false, false},
+            StepShape{1, 17, 33, true, true, true}, StepShape{3, 33, 17, true, false, true},
+            StepShape{64, 17, 33, false, true, false}, StepShape{64, 17, 33, true, true, true},
+            StepShape{64, 256, 64, true, true, false}, StepShape{8, 266, 300, true, true, true},
+            StepShape{1, 256, 64, true, true, true}, StepShape{3, 20, 32, true, true, true},
+            StepShape{64, 18, 33, false, true, true}, StepShape{8, 268, 300, true, true, false}),
+        ::testing::Values(CudaStepKernel::kRowBlocks, CudaStepKernel::kVectorSplit)),
+    ShapeName);
+
+// Checks run once per CUDA kernel.
+class CudaStepKernelTest : public ::testing::TestWithParam<CudaStepKernel> {
+ protected:
+  void SetUp() override { SetCudaStepKernel(GetParam()); }
+  void TearDown() override { SetCudaStepKernel(CudaStepKernel::kRowBlocks); }
+};
+
+// The server replays the decode step from CUDA graphs: the vector kernel's
+// split allocates and zeroes its workspace inside the capture, so a replay
+// must zero it again (the tickets of the last replay must not carry over).
+TEST_P(CudaStepKernelTest, FavorStepGraphReplaysEqualTheCpuSteps) {
+  PERFORMER_REQUIRE_CUDA();
+#if PERFORMER_TORCH_CUDA
+  torch::manual_seed(34);
+  const int64_t batch = 1, heads = 8, m = 256, e = 64, rows = batch * heads;
+  torch::Tensor cpu_state = torch::zeros({rows, m, e + 1});
+  torch::Tensor cpu_sums = torch::zeros({rows, e + 1});
+  torch::Tensor cpu_max = torch::full({rows}, -1e30);
+  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  torch::Tensor projections = torch::zeros({batch, 2, heads, m}, torch::kCUDA);
+  torch::Tensor diag = torch::zeros({batch, 2, heads}, torch::kCUDA);
+  torch::Tensor v = torch::zeros({rows, e}, torch::kCUDA);
+  torch::Tensor out;
+  at::cuda::CUDAGraph graph;
+  {
+    c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+    // Warm-up outside the capture, on copies, so the real state starts clean.
+    torch::Tensor s = gpu_state.clone(), z = gpu_sums.clone(), k = gpu_max.clone();
+    FavorStateStep(s, k, z, projections, diag, v, 1e-4, 1e-6);
+    graph.capture_begin();
+    out = FavorStateStep(gpu_state, gpu_max, gpu_sums, projections, diag, v, 1e-4, 1e-6);
+    graph.capture_end();
+    c10::cuda::getCurrentCUDAStream().synchronize();
+  }
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor u = torch::randn({batch, 2, heads, m}) * (0.5 + step);
+    const torch::Tensor d = torch::rand({batch, 2, heads});
+    const torch::Tensor values = torch::randn({rows, e});
+    projections.copy_(u);
+    diag.copy_(d);
+    v.copy_(values);
+    graph.replay();
+    const torch::Tensor expected =
+        FavorStateStep(cpu_state, cpu_max, cpu_sums, u, d, values, 1e-4, 1e-6);
+    ExpectClose(out, expected, "out");
+    ExpectClose(gpu_state, cpu_state, "state");
+    ExpectClose(gpu_max, cpu_max, "key_max");
+  }
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaStepKernelTest,
+                         ::testing::Values(CudaStepKernel::kRowBlocks,
+                                           CudaStepKernel::kVectorSplit),
+                         [](const ::testing::TestParamInfo<CudaStepKernel>& info) {
+                           return std::string(info.param == CudaStepKernel::kVectorSplit ? "Vector"
+                                                                                         : "Rows");
+                         });
 
 TEST(LinearStateStepCudaChecks, SupportedAndDeviceMismatch) {
   PERFORMER_REQUIRE_CUDA();
@@ -139,7 +222,7 @@ TEST(LinearStateStepCudaChecks, SupportedAndDeviceMismatch) {
                c10::Error);
 }
 
-TEST(LinearStateStepCudaChecks, OutOfRangeSlotGivesNanAndTouchesNoState) {
+TEST_P(CudaStepKernelTest, OutOfRangeSlotGivesNanAndTouchesNoState) {
   PERFORMER_REQUIRE_CUDA();
   torch::Tensor state = torch::ones({3, 4, 3}, torch::kCUDA);
   const torch::Tensor q = torch::ones({2, 4}, torch::kCUDA), v = torch::ones({2, 2}, torch::kCUDA);
