@@ -73,17 +73,21 @@ step memcheck timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool memcheck 
 tail -3 "$logs/memcheck.log"
 step gpu_kernel_bench build-gpu/gpu_kernel_bench
 cat "$logs/gpu_kernel_bench.log"
-# Nsight Compute on the decode step at B = 256 (launches 29: after B = 1
-# and 64, and the warm-ups) and on the prefill at L = 65536 (the last one).
+# Nsight Compute on each decode-step kernel at B = 256 (launch 29 of each:
+# 13 per batch size for B = 1 and 64, then 3 warm-ups) and on the prefill at
+# L = 65536 (the last one).
 if command -v ncu >/dev/null; then
-  step ncu_decode ncu --kernel-name regex:LinearStateStep --launch-skip 29 --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis \
-    --section WarpStateStats build-gpu/gpu_kernel_bench
+  step ncu_decode ncu --kernel-name regex:'LinearStateStepKernel' --launch-skip 29 \
+    --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --section MemoryWorkloadAnalysis --section WarpStateStats build-gpu/gpu_kernel_bench
+  step ncu_decode_vector ncu --kernel-name regex:'LinearStateStepVectorKernel' --launch-skip 29 \
+    --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --section MemoryWorkloadAnalysis --section WarpStateStats build-gpu/gpu_kernel_bench
   step ncu_prefill ncu --kernel-name regex:CausalLinearPrefillKernel --launch-skip 101 \
     --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
     build-gpu/gpu_kernel_bench
   grep -E "Throughput|Achieved Occupancy|Theoretical Occupancy|Duration|Registers|Stall|Warp Cycles" \
-    "$logs/ncu_decode.log" "$logs/ncu_prefill.log" | head -40
+    "$logs/ncu_decode.log" "$logs/ncu_decode_vector.log" "$logs/ncu_prefill.log" | head -60
 fi
 if [ "$core" = ON ]; then
   gtest_until_done parity build-gpu/tests/performer_parity_tests

@@ -4,6 +4,12 @@
 // skipped.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "tests/parity/case_runner.h"
 #include "tests/testing/cuda_device.h"
 #include "tests/testing/fixtures.h"
@@ -63,6 +69,33 @@ TEST_P(PerformerParityCuda, Case) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, PerformerParityCuda, ::testing::ValuesIn(ListCases("performer")),
                          CaseName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PerformerParityCuda);
+
+// The fast-transformers cases that compute (attention types, the attention
+// layer, feature maps, encoders and decoders with their recurrent twins)
+// again with modules, inputs and masks on the GPU. The builder and mask
+// semantics cases check the catalogue, not arithmetic: they run once, above.
+std::vector<std::string> ComputingCases(const std::string& family) {
+  static const std::set<std::string> kComputing = {"attention", "attention_layer", "feature_map",
+                                                   "model"};
+  std::vector<std::string> out;
+  for (const std::string& name : ListCases(family)) {
+    std::string path = FixtureRoot();
+    path.append("/").append(family).append("/").append(name).append("/case.json");
+    std::ifstream in(path);
+    const nlohmann::json spec = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (spec.is_object() && kComputing.count(spec.value("kind", "")) > 0) out.push_back(name);
+  }
+  return out;
+}
+
+class FastTransformersParityCuda : public ::testing::TestWithParam<std::string> {};
+TEST_P(FastTransformersParityCuda, Case) {
+  PERFORMER_REQUIRE_CUDA();
+  RunCase("fast_transformers", GetParam(), torch::kCUDA);
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, FastTransformersParityCuda,
+                         ::testing::ValuesIn(ComputingCases("fast_transformers")), CaseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FastTransformersParityCuda);
 
 }  // namespace
 }  // namespace performer::testing

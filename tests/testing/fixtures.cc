@@ -107,7 +107,8 @@ std::optional<std::string> CompareTensors(const torch::Tensor& actual_in,
     return s.str();
   }
   if (expected_in.scalar_type() == torch::kBool || expected_in.scalar_type() == torch::kLong) {
-    if (!torch::equal(actual_in.to(torch::kCPU).to(expected_in.scalar_type()), expected_in)) {
+    if (!torch::equal(actual_in.to(torch::kCPU).to(expected_in.scalar_type()),
+                      expected_in.to(torch::kCPU))) {
       return std::string("integer/bool tensors differ");
     }
     return std::nullopt;

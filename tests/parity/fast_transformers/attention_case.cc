@@ -13,32 +13,12 @@
 #include <torch/torch.h>
 
 #include "core/builders/attention_builder.h"
-#include "core/feature_maps/feature_map.h"
-#include "core/io/state_dict.h"
 #include "core/masks.h"
 #include "tests/parity/case_runner.h"
+#include "tests/parity/fast_transformers/fixture_masks.h"
 
 namespace performer::testing {
 namespace {
-
-Mask AttnMask(const FixtureCase& c, int64_t query_length, int64_t key_length) {
-  const nlohmann::json& masks = c.spec.at("masks");
-  const std::string recipe = masks.value("attn_mask", "full");
-  if (recipe == "triangular") return Mask::TriangularCausal(query_length);
-  if (recipe == "custom") {
-    absl::StatusOr<Mask> mask = Mask::FromBool(c.input("attn_mask"));
-    EXPECT_TRUE(mask.ok()) << mask.status();
-    return *mask;
-  }
-  EXPECT_EQ(recipe, "full") << "unknown attn_mask recipe";
-  return Mask::Full(query_length, key_length);
-}
-
-Mask LengthMaskOrFull(const FixtureCase& c, const std::string& name, int64_t batch,
-                      int64_t length) {
-  if (c.inputs.count(name) > 0) return Mask::Lengths(c.input(name), length);
-  return Mask::Lengths(torch::full({batch}, length, torch::kInt64), length);
-}
 
 void RunAttentionCase(const FixtureCase& c) {
   const nlohmann::json& construct = c.spec.at("construct");
@@ -50,14 +30,7 @@ void RunAttentionCase(const FixtureCase& c) {
   absl::StatusOr<AttentionPtr> attention = builder->Build(attention_type);
   ASSERT_TRUE(attention.ok()) << attention.status();
 
-  absl::Status loaded = io::LoadStateDict(**attention, c.params, /*strict=*/true);
-  ASSERT_TRUE(loaded.ok()) << loaded;
-  for (const auto& module : (*attention)->modules(/*include_self=*/true)) {
-    if (auto* feature_map = dynamic_cast<FeatureMapImpl*>(module.get())) {
-      feature_map->set_frozen(true);
-    }
-  }
-  (*attention)->eval();
+  ASSERT_NO_FATAL_FAILURE(PrepareLoadedModule(c, **attention));
 
   const torch::Tensor& queries = c.input("queries");
   const torch::Tensor& keys = c.input("keys");
@@ -65,9 +38,11 @@ void RunAttentionCase(const FixtureCase& c) {
   const int64_t batch = queries.size(0);
   const int64_t query_length = queries.size(1);
   const int64_t key_length = keys.size(1);
-  const Mask attn_mask = AttnMask(c, query_length, key_length);
-  const Mask query_lengths = LengthMaskOrFull(c, "query_lengths", batch, query_length);
-  const Mask key_lengths = LengthMaskOrFull(c, "key_lengths", batch, key_length);
+  ASSERT_TRUE(c.spec.contains("masks")) << "attention cases name their masks";
+  const Mask attn_mask = RecipeMatrixMask(c, "attn_mask", query_length, key_length)
+                             .value_or(Mask::Full(query_length, key_length, c.device));
+  const Mask query_lengths = RecipeLengthMaskOrFull(c, "query_lengths", batch, query_length);
+  const Mask key_lengths = RecipeLengthMaskOrFull(c, "key_lengths", batch, key_length);
 
   torch::Tensor output;
   {
@@ -83,6 +58,7 @@ void RunAttentionCase(const FixtureCase& c) {
     for (int64_t n = 0; n < batch; ++n) {
       for (int64_t l = 0; l < query_length; ++l) well_defined[n][l] = static_cast<bool>(rows[n][l]);
     }
+    well_defined = well_defined.to(c.device);
     SCOPED_TRACE("rows whose window holds a valid key");
     EXPECT_TENSOR_CLOSE(output.index({well_defined}), expected.index({well_defined}), c.atol(),
                         c.rtol());

@@ -12,10 +12,9 @@
 
 #include "core/attention/attention_layer.h"
 #include "core/builders/attention_builder.h"
-#include "core/feature_maps/feature_map.h"
-#include "core/io/state_dict.h"
 #include "core/masks.h"
 #include "tests/parity/case_runner.h"
+#include "tests/parity/fast_transformers/fixture_masks.h"
 
 namespace performer::testing {
 namespace {
@@ -23,25 +22,6 @@ namespace {
 std::optional<int64_t> OptionalInt(const nlohmann::json& spec, const char* key) {
   if (!spec.contains(key) || spec.at(key).is_null()) return std::nullopt;
   return spec.at(key).get<int64_t>();
-}
-
-Mask AttnMask(const FixtureCase& c, int64_t query_length, int64_t key_length) {
-  const std::string recipe =
-      c.spec.value("masks", nlohmann::json::object()).value("attn_mask", "full");
-  if (recipe == "triangular") return Mask::TriangularCausal(query_length);
-  if (recipe == "custom") {
-    absl::StatusOr<Mask> mask = Mask::FromBool(c.input("attn_mask"));
-    EXPECT_TRUE(mask.ok()) << mask.status();
-    return *mask;
-  }
-  EXPECT_EQ(recipe, "full") << "unknown attn_mask recipe";
-  return Mask::Full(query_length, key_length);
-}
-
-Mask LengthMaskOrFull(const FixtureCase& c, const std::string& name, int64_t batch,
-                      int64_t length) {
-  if (c.inputs.count(name) > 0) return Mask::Lengths(c.input(name), length);
-  return Mask::Lengths(torch::full({batch}, length, torch::kInt64), length);
 }
 
 void RunAttentionLayerCase(const FixtureCase& c) {
@@ -60,14 +40,7 @@ void RunAttentionLayerCase(const FixtureCase& c) {
       *attention, construct.at("d_model").get<int64_t>(), construct.at("n_heads").get<int64_t>(),
       OptionalInt(construct, "d_keys"), OptionalInt(construct, "d_values"),
       OptionalInt(construct, "d_model_keys"));
-  absl::Status loaded = io::LoadStateDict(*layer, c.params, /*strict=*/true);
-  ASSERT_TRUE(loaded.ok()) << loaded;
-  for (const auto& module : layer->modules(/*include_self=*/true)) {
-    if (auto* feature_map = dynamic_cast<FeatureMapImpl*>(module.get())) {
-      feature_map->set_frozen(true);
-    }
-  }
-  layer->eval();
+  ASSERT_NO_FATAL_FAILURE(PrepareLoadedModule(c, *layer));
 
   const torch::Tensor& queries = c.input("queries");
   const torch::Tensor& keys = c.input("keys");
@@ -75,9 +48,10 @@ void RunAttentionLayerCase(const FixtureCase& c) {
   const int64_t batch = queries.size(0);
   const int64_t query_length = queries.size(1);
   const int64_t key_length = keys.size(1);
-  const Mask attn_mask = AttnMask(c, query_length, key_length);
-  const Mask query_lengths = LengthMaskOrFull(c, "query_lengths", batch, query_length);
-  const Mask key_lengths = LengthMaskOrFull(c, "key_lengths", batch, key_length);
+  const Mask attn_mask = RecipeMatrixMask(c, "attn_mask", query_length, key_length)
+                             .value_or(Mask::Full(query_length, key_length, c.device));
+  const Mask query_lengths = RecipeLengthMaskOrFull(c, "query_lengths", batch, query_length);
+  const Mask key_lengths = RecipeLengthMaskOrFull(c, "key_lengths", batch, key_length);
   torch::Tensor output;
   {
     torch::NoGradGuard no_grad;

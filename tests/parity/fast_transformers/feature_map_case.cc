@@ -2,7 +2,8 @@
 // kwargs} through the catalogue, loads omega from params (strictly: every
 // buffer and every param must match by name and shape), freezes the map and
 // compares forward_queries / forward_keys with the case tolerance. Also
-// checks that sample_seed + new_feature_map reproduces omega.
+// checks that sample_seed + new_feature_map reproduces omega (on the CPU,
+// whose generator the reference's draws follow, wherever the case runs).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -40,7 +41,8 @@ void RunFeatureMapCase(const FixtureCase& c) {
     }
   }
   fm->set_frozen(true);
-  fm->new_feature_map(torch::kCPU);  // Must not resample a frozen map.
+  fm->to(c.device);
+  fm->new_feature_map(c.device);  // Must not resample a frozen map.
 
   // The sampler makes the reference's RNG calls in the reference's order, so
   // seeding the global generator with sample_seed reproduces omega. Gaussian

@@ -6,10 +6,8 @@
 // compares `recurrent_outputs`, every `final_state.*` tensor, and the
 // recurrent outputs against the batch `output` (the twins agree).
 //
-// Mask recipe: attn_mask / x_mask / memory_mask are "full", "triangular" or
-// "custom" (the bool tensor of the same name in inputs); lengths / x_lengths
-// / memory_lengths are int64 vectors giving LengthMask(v, L or S); absent
-// entries mean the model's defaults.
+// Masks follow the recipe (fixture_masks.h); absent entries mean the model's
+// defaults.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -20,44 +18,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "core/builders/transformer_builders.h"
-#include "core/feature_maps/feature_map.h"
-#include "core/io/state_dict.h"
 #include "tests/parity/case_runner.h"
+#include "tests/parity/fast_transformers/fixture_masks.h"
 
 namespace performer::testing {
 namespace {
-
-std::optional<Mask> MatrixMask(const FixtureCase& c, const std::string& name, int64_t rows,
-                               int64_t cols) {
-  const nlohmann::json masks = c.spec.value("masks", nlohmann::json::object());
-  if (!masks.contains(name)) return std::nullopt;
-  const std::string recipe = masks.at(name).get<std::string>();
-  if (recipe == "full") return Mask::Full(rows, cols);
-  if (recipe == "triangular") {
-    TORCH_CHECK(rows == cols, c.name, ": a triangular ", name, " needs L == S");
-    return Mask::TriangularCausal(rows);
-  }
-  TORCH_CHECK(recipe == "custom", c.name, ": unknown mask recipe '", recipe, "' for ", name);
-  absl::StatusOr<Mask> mask = Mask::FromBool(c.input(name));
-  TORCH_CHECK(mask.ok(), c.name, ": ", mask.status().ToString());
-  return *mask;
-}
-
-std::optional<Mask> LengthMask(const FixtureCase& c, const std::string& name, int64_t max_len) {
-  if (c.inputs.count(name) == 0) return std::nullopt;
-  return Mask::Lengths(c.input(name), max_len);
-}
-
-// Loads the case's params (every key, same shapes), stops feature-map
-// resampling and switches to eval mode.
-void Prepare(const FixtureCase& c, torch::nn::Module& model) {
-  absl::Status loaded = io::LoadStateDict(model, c.params, /*strict=*/true);
-  ASSERT_TRUE(loaded.ok()) << loaded;
-  for (const std::shared_ptr<torch::nn::Module>& m : model.modules(/*include_self=*/true)) {
-    if (auto* feature_map = dynamic_cast<FeatureMapImpl*>(m.get())) feature_map->set_frozen(true);
-  }
-  model.eval();
-}
 
 // The expected final_state.layers.<i>.<rest> tensors by layer.
 std::map<int64_t, std::map<std::string, torch::Tensor>> ExpectedFinalStates(const FixtureCase& c) {
@@ -117,13 +82,13 @@ void RunEncoder(const FixtureCase& c) {
   ASSERT_TRUE(builder.ok()) << builder.status();
   absl::StatusOr<TransformerEncoderPtr> model = builder->Build();
   ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_NO_FATAL_FAILURE(Prepare(c, **model));
+  ASSERT_NO_FATAL_FAILURE(PrepareLoadedModule(c, **model));
 
   torch::NoGradGuard no_grad;
   const torch::Tensor& x = c.input("x");
   const int64_t length = x.size(1);
-  const torch::Tensor output = (*model)->forward(x, MatrixMask(c, "attn_mask", length, length),
-                                                 LengthMask(c, "lengths", length));
+  const torch::Tensor output = (*model)->forward(
+      x, RecipeMatrixMask(c, "attn_mask", length, length), RecipeLengthMask(c, "lengths", length));
   EXPECT_TENSOR_CLOSE(output, c.expect("output"), c.atol(), c.rtol());
 
   if (!c.spec.contains("recurrent")) return;
@@ -135,7 +100,7 @@ void RunEncoder(const FixtureCase& c) {
   ASSERT_TRUE(rbuilder.ok()) << rbuilder.status();
   absl::StatusOr<RecurrentTransformerEncoderPtr> rmodel = rbuilder->Build();
   ASSERT_TRUE(rmodel.ok()) << rmodel.status();
-  ASSERT_NO_FATAL_FAILURE(Prepare(c, **rmodel));
+  ASSERT_NO_FATAL_FAILURE(PrepareLoadedModule(c, **rmodel));
 
   RecurrentEncoderState state;
   std::vector<torch::Tensor> steps;
@@ -159,17 +124,18 @@ void RunDecoder(const FixtureCase& c) {
   ASSERT_TRUE(builder.ok()) << builder.status();
   absl::StatusOr<TransformerDecoderPtr> model = builder->Build();
   ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_NO_FATAL_FAILURE(Prepare(c, **model));
+  ASSERT_NO_FATAL_FAILURE(PrepareLoadedModule(c, **model));
 
   torch::NoGradGuard no_grad;
   const torch::Tensor& x = c.input("x");
   const torch::Tensor& memory = c.input("memory");
   const int64_t length = x.size(1);
   const int64_t memory_length = memory.size(1);
-  const std::optional<Mask> memory_lengths = LengthMask(c, "memory_lengths", memory_length);
-  const torch::Tensor output = (*model)->forward(
-      x, memory, MatrixMask(c, "x_mask", length, length), LengthMask(c, "x_lengths", length),
-      MatrixMask(c, "memory_mask", length, memory_length), memory_lengths);
+  const std::optional<Mask> memory_lengths = RecipeLengthMask(c, "memory_lengths", memory_length);
+  const torch::Tensor output =
+      (*model)->forward(x, memory, RecipeMatrixMask(c, "x_mask", length, length),
+                        RecipeLengthMask(c, "x_lengths", length),
+                        RecipeMatrixMask(c, "memory_mask", length, memory_length), memory_lengths);
   EXPECT_TENSOR_CLOSE(output, c.expect("output"), c.atol(), c.rtol());
 
   if (!c.spec.contains("recurrent")) return;
@@ -181,7 +147,7 @@ void RunDecoder(const FixtureCase& c) {
   ASSERT_TRUE(rbuilder.ok()) << rbuilder.status();
   absl::StatusOr<RecurrentTransformerDecoderPtr> rmodel = rbuilder->Build();
   ASSERT_TRUE(rmodel.ok()) << rmodel.status();
-  ASSERT_NO_FATAL_FAILURE(Prepare(c, **rmodel));
+  ASSERT_NO_FATAL_FAILURE(PrepareLoadedModule(c, **rmodel));
 
   RecurrentDecoderState state;
   std::vector<torch::Tensor> steps;
