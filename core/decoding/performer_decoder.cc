@@ -177,7 +177,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
   }
   c10::InferenceMode guard;
   models::DecodeState rows = pool_.Rows(*slot, 1);
-  torch::Tensor logits = decoder_->Extend(TokenTensor(tokens, device_), rows)
+  torch::Tensor logits = decoder_->Extend(TokenTensor(tokens, device_), rows, position)
                              .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   positions_[static_cast<size_t>(*slot)] += static_cast<int64_t>(tokens.size());
   return logits;

@@ -60,7 +60,9 @@ class PerformerAttentionImpl : public torch::nn::Module {
                      const torch::Tensor& positions, SelfAttentionState& state);
 
   // Several consecutive positions of ONE sequence (chunked prefill): x [C, dim]
-  // at positions [C], rotary rows [C, dim_head] or undefined; `state` holds
+  // at positions [C] (only positions[0] is read, by local heads: on the
+  // host it costs no device synchronisation, and PerformerLM passes it
+  // there), rotary rows [C, dim_head] or undefined; `state` holds
   // one row. The projections run on all C rows at once; the global heads
   // continue their state with one chunkwise prefill (FastAttention::Extend),
   // local heads with one windowed forward (LocalAttention::Extend). Returns

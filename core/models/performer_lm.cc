@@ -72,17 +72,23 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens, DecodeState& st
                            : LinearRows(to_out_, x);
 }
 
-torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens, DecodeState& state) {
+torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens, DecodeState& state,
+                                      std::optional<int64_t> start) {
   const int64_t count = tokens.size(0);
   TORCH_CHECK(count >= 1 && state.positions.size(0) == 1,
               "Extend feeds at least one token to exactly one sequence");
+  // Embeddings and rotary rows index device tables: positions on the state's
+  // device, computed there. The layers read only the first position (local
+  // heads' window start), so they get the same positions on the host.
   torch::Tensor positions = state.positions + torch::arange(count, state.positions.options());
+  const int64_t first = start.has_value() ? *start : state.positions[0].item<int64_t>();
+  const torch::Tensor host_positions = torch::arange(first, first + count, torch::kLong);
   torch::Tensor x = token_emb_(tokens) + pos_emb_->Rows(positions);
   InterleavedRotary rotary;
   if (layer_pos_emb_.defined()) {
     rotary = (rotary_.defined() ? rotary_ : MakeInterleavedRotary(layer_pos_emb_)).Rows(positions);
   }
-  x = performer_->Extend(x, rotary, positions, state);
+  x = performer_->Extend(x, rotary, host_positions, state);
   state.positions.add_(count);
   x = norm_(x.narrow(0, count - 1, 1));
   torch::Tensor logits = config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)

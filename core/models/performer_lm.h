@@ -19,6 +19,8 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <optional>
+
 #include "core/models/decode_state.h"
 #include "core/models/performer_config.h"
 #include "core/models/performer_stack.h"
@@ -51,7 +53,12 @@ class PerformerLMImpl : public torch::nn::Module {
   // (one row, already prefilled) at its next C positions and returns the
   // logits [num_tokens] after the last. The same recurrence as C Steps, with
   // the projections and feed-forwards run on all C positions at once.
-  torch::Tensor Extend(const torch::Tensor& tokens, DecodeState& state);
+  // `start`: the sequence's position (state.positions) when the caller keeps
+  // it on the host, so that local heads, which need it as a number, do not
+  // read it back from the device (a synchronisation on a GPU); without it,
+  // it is read once here.
+  torch::Tensor Extend(const torch::Tensor& tokens, DecodeState& state,
+                       std::optional<int64_t> start = std::nullopt);
 
   // Cross-attention summaries of a context for `state` rows (decoder only).
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

@@ -381,6 +381,33 @@ TEST(PerformerDecoderTest, TensorOpStepMatchesFusedKernelStep) {
 namespace performer::decoding {
 namespace {
 
+// PerformerLM::Extend reads the sequence's position from the state when the
+// caller gives none (the decoder gives its host copy): both give the logits
+// of the local-head chunk at the right window.
+TEST(PerformerLMExtendTest, WithoutAHostStartReadsThePositionFromTheState) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.local_attn_heads = {1};
+  config.local_window_size = 4;
+  models::LoadedModel model = RandomLM(config, 3);
+  models::PerformerLM lm = model.lm;
+  c10::InferenceMode guard;
+  const torch::Tensor prompt = torch::tensor({{3, 1, 4, 1, 5, 9, 2}}, torch::kLong);
+  const torch::Tensor chunk = torch::tensor({6, 5, 3}, torch::kLong);
+  models::DecodeState given = lm->AllocateState(1), read = lm->AllocateState(1);
+  for (models::DecodeState* state : {&given, &read}) {
+    models::LMForwardOptions options;
+    options.capture = state;
+    (void)lm->forward(prompt, options);
+  }
+  const torch::Tensor a = lm->Extend(chunk, given, /*start=*/7);
+  const torch::Tensor b = lm->Extend(chunk, read);
+  EXPECT_TENSOR_CLOSE(b, a, 0.0, 0.0);
+  // Both equal the full forward's logits at the chunk's last position.
+  const torch::Tensor full = lm->forward(torch::cat({prompt, chunk.unsqueeze(0)}, 1));
+  EXPECT_TENSOR_CLOSE(a, full[0][9], 1e-5, 1e-4);
+  EXPECT_EQ(read.positions[0].item<int64_t>(), 10);
+}
+
 // The decoder prepares tables the model's own forward also reads; a caller
 // that keeps training or scoring with autograd must still be able to.
 TEST(PerformerDecoderTest, ModelStillTrainsAfterADecoderIsCreated) {
