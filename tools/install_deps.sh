@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libspdlog-dev libsentencepiece-dev
   nlohmann-json3-dev
-  python3 python3-torch python3-numpy python3-grpcio python3-protobuf
+  python3 python3-torch python3-numpy python3-grpcio python3-protobuf python3-yaml
   fortunes
   clang-format clang-tidy
 )

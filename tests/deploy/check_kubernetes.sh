@@ -1,0 +1,1046 @@
+#!/usr/bin/env bash
+# Checks the container image recipe (Dockerfile) and the Kubernetes manifests
+# (deploy/kubernetes) against the server binary they deploy:
+#
+#   Dockerfile  runtime stage FROM debian:12-slim; it installs a Debian
+#               package for every shared library that ldd resolves for
+#               performer-serve, its dlmopen'ed SentencePiece plugin and
+#               performer-client (the package of each directly linked
+#               library listed, the others reached through the listed
+#               packages' Depends, base-image packages exempt), and no
+#               package that none of them needs; exec-form ENTRYPOINT whose
+#               flags the binary parses; a numeric non-root USER; EXPOSE =
+#               the ports; the model repository and plugin where the server
+#               looks for them; COPY sources present and not .dockerignored.
+#   manifests   render with `kubectl kustomize` (the base and each overlay
+#               in deploy/kubernetes/overlays), every document has
+#               apiVersion, kind and metadata.name; the Deployment's args and
+#               its --flagfile ConfigMap name only flags the binary accepts,
+#               with values it parses (performer-serve --only_check_args);
+#               container, probe, Service and scrape-annotation ports =
+#               --port / --metrics_port; gRPC probes on the health names the
+#               server serves (server/main.cc; also queried on a running
+#               server when Python grpcio is installed);
+#               terminationGracePeriodSeconds > preStop + --drain_timeout +
+#               the server's 5 s shutdown; memory limit above the state
+#               pools; security context; selectors of the Services, the
+#               PodDisruptionBudget and the HPA match the pods.
+#
+# Without kubectl (not a Debian 12 package) the manifests are read as the raw
+# files that kustomization.yaml lists, every check but rendering runs, and
+# the script exits 77 (ctest's skip) if they pass. Likewise without PyYAML
+# (python3-yaml) for the manifest checks, or without dpkg-query, ldd or
+# readelf for the library check.
+#
+# Usage: check_kubernetes.sh [PERFORMER_SERVE [PERFORMER_CLIENT]]
+#   (default: build/server/performer-serve; the client is optional).
+# Exit status: 0 all passed; 1 a check failed; 77 a tool was missing and
+# everything that could run passed. PYTHON and KUBECTL override the tools.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+server="${1:-${root}/build/server/performer-serve}"
+client="${2:-}"
+manifests="${root}/deploy/kubernetes"
+kubectl="${KUBECTL:-kubectl}"
+
+fail() {
+  echo "check_kubernetes: FAIL: $*" >&2
+  exit 1
+}
+skip() {
+  echo "check_kubernetes: SKIP: $*" >&2
+  exit 77
+}
+
+[[ -x "${server}" ]] || fail "no server binary at ${server} (build performer-serve, or pass its path)"
+[[ -z "${client}" || -x "${client}" ]] || fail "no client binary at ${client}"
+[[ -f "${root}/Dockerfile" ]] || fail "no Dockerfile at ${root}/Dockerfile"
+[[ -f "${manifests}/kustomization.yaml" ]] || fail "no ${manifests}/kustomization.yaml"
+
+# Debian's interpreter first: python3-yaml and python3-grpcio are installed
+# for it (tools/install_deps.sh), whatever python3 comes first on PATH.
+python="${PYTHON:-}"
+if [[ -z "${python}" ]]; then
+  for candidate in /usr/bin/python3 python3; do
+    if command -v "${candidate}" >/dev/null 2>&1 && "${candidate}" -c 'import yaml' 2>/dev/null; then
+      python="${candidate}"
+      break
+    fi
+  done
+  python="${python:-python3}"
+fi
+command -v "${python}" >/dev/null 2>&1 ||
+  skip "python3 not found (apt-get install python3 python3-yaml)"
+
+work="$(mktemp -d)"
+trap 'rm -rf "${work}"' EXIT
+
+# --- Render the base and each overlay -----------------------------------------
+missing=()
+rendered=()
+if command -v "${kubectl}" >/dev/null 2>&1; then
+  dirs=("${manifests}")
+  for overlay in "${manifests}"/overlays/*/; do
+    [[ -f "${overlay}kustomization.yaml" ]] && dirs+=("${overlay%/}")
+  done
+  for dir in "${dirs[@]}"; do
+    name="${dir#"${root}/"}"
+    out="${work}/rendered-${#rendered[@]}.yaml"
+    "${kubectl}" kustomize "${dir}" >"${out}" 2>"${work}/kustomize.err" ||
+      fail "kubectl kustomize ${name} does not render: $(cat "${work}/kustomize.err")"
+    rendered+=("${name}=${out}")
+    echo "check_kubernetes: kubectl kustomize ${name}: rendered"
+  done
+else
+  missing+=("kubectl (not a Debian 12 package; the manifests were read unrendered)")
+fi
+
+# --- The checks ------------------------------------------------------------------
+status=0
+"${python}" - "${root}" "${server}" "${client}" "${rendered[@]}" <<'PY' || status=$?
+"""Checks of the Dockerfile and deploy/kubernetes; see check_kubernetes.sh."""
+import fnmatch
+import glob
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT, SERVER, CLIENT = sys.argv[1:4]
+WORK = tempfile.mkdtemp()  # flag files handed to the server; removed at exit
+RENDERED = [arg.split("=", 1) for arg in sys.argv[4:]]
+DOCKERFILE = os.path.join(ROOT, "Dockerfile")
+MANIFESTS = os.path.join(ROOT, "deploy", "kubernetes")
+PLUGIN = os.path.join(os.path.dirname(SERVER), "libperformer_sentencepiece.so")
+
+# The runtime stage's base image, and the packages of it whose libraries the
+# binaries link directly without the Dockerfile installing them. These four
+# are in every Debian image (libc6, libgcc-s1, libstdc++6 are Priority
+# required, zlib1g is pulled by dpkg); anything else must be installed.
+RUNTIME_BASE = "debian:12-slim"
+BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+# server->Shutdown(now + 5 s) after the drain (server/main.cc).
+SHUTDOWN_SECONDS = 5
+# Headroom over the state pools and weights: LibTorch, OpenBLAS, gRPC and
+# activation buffers (about 240 MiB resident with 64 streams of the default
+# model).
+MEMORY_HEADROOM = 512 << 20
+LIBRARY_DIRS = {"/usr/local/lib", "/usr/lib", "/lib", "/usr/lib/x86_64-linux-gnu",
+                "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu"}
+
+skipped = []
+
+
+class CheckError(Exception):
+    pass
+
+
+def say(message):
+    print(f"check_kubernetes: {message}", flush=True)
+
+
+def check(errors, what, detail=""):
+    """Stops at the first group of checks that failed, with every reason."""
+    if errors:
+        raise CheckError(f"{what}:\n  - " + "\n  - ".join(errors))
+    say(f"{what}: OK{' (' + detail + ')' if detail else ''}")
+
+
+# --- The server's flags ---------------------------------------------------------
+def server_flags():
+    """Flag name -> default, from --helpfull (absl prints every flag there)."""
+    out = subprocess.run([SERVER, "--helpfull"], capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    flags = {}
+    for match in re.finditer(r"^\s+--(\w+) \(.*?\);\s+default: (.*?);$", text, re.S | re.M):
+        flags[match.group(1)] = match.group(2).strip().strip('"')
+    for required in ("port", "metrics_port", "drain_timeout", "model_repository", "flagfile"):
+        if required not in flags:
+            raise CheckError(f"{SERVER} --helpfull does not list --{required}: cannot parse its flags")
+    return flags
+
+
+FLAGS = None
+
+
+def parse_flag(arg):
+    """'--name=value' -> (name, value); '--name' -> (name, None); else None."""
+    if not arg.startswith("--"):
+        return None
+    name, eq, value = arg[2:].partition("=")
+    return name, (value if eq else None)
+
+
+def duration_seconds(text):
+    """absl duration ("30s", "1m30s", "500ms") -> seconds."""
+    text = text.strip()
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"([0-9.]+)(ns|us|ms|h|m|s)", text)
+    if text in ("0", ""):
+        return 0.0
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise CheckError(f"cannot read the duration {text!r}")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def quantity(text):
+    """Kubernetes quantity -> float (cpu in cores, memory in bytes)."""
+    text = str(text)
+    suffixes = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6,
+                "G": 1e9, "T": 1e12, "m": 1e-3}
+    for suffix, factor in suffixes.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text)
+
+
+# --- Dockerfile -------------------------------------------------------------------
+def dockerfile_instructions(path):
+    """[(line, KEYWORD, arguments)] with continuations joined, comments dropped."""
+    instructions = []
+    current, start = "", 0
+    for number, line in enumerate(open(path).read().split("\n"), 1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            continue  # comments, parser directives, comment lines inside a continuation
+        if not current:
+            if not stripped:
+                continue
+            start = number
+        if line.rstrip().endswith("\\"):
+            current += line.rstrip()[:-1] + " "
+            continue
+        current += line
+        keyword, _, rest = current.strip().partition(" ")
+        instructions.append((start, keyword.upper(), rest.strip()))
+        current = ""
+    return instructions
+
+
+def stages(instructions):
+    """[{"base", "name", "instructions"}] in order."""
+    result = []
+    for line, keyword, rest in instructions:
+        if keyword == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--")]
+            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else str(len(result))
+            result.append({"base": words[0], "name": name, "instructions": [], "line": line})
+        elif result:
+            result[-1]["instructions"].append((line, keyword, rest))
+    return result
+
+
+def exec_form(keyword, rest, line):
+    try:
+        value = json.loads(rest)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CheckError(f"Dockerfile:{line}: {keyword} must be in exec form (a JSON array) so that "
+                         "the server is PID 1 and receives SIGTERM itself")
+    return value
+
+
+def apt_packages(command):
+    """Packages that a shell command installs with apt-get/apt install."""
+    packages = []
+    tokens = shlex.split(command)
+    for i, token in enumerate(tokens):
+        if token not in ("apt-get", "apt"):
+            continue
+        words = []
+        for t in tokens[i + 1:]:
+            if t in ("&&", "||", ";", "|") or t.endswith(";"):
+                break
+            words.append(t)
+        positional = [w for w in words if not w.startswith("-")]
+        if positional[:1] == ["install"]:
+            packages += [p.split("=")[0] for p in positional[1:]]
+    return packages
+
+
+def dockerignored(relpath, patterns):
+    """Whether .dockerignore leaves relpath out (last matching pattern wins;
+    a pattern also matches every path below what it names)."""
+    excluded = False
+    parts = relpath.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern[1:] if negate else pattern
+        pattern = pattern.strip("/")
+        if pattern.startswith("**/"):
+            hit = any(fnmatch.fnmatch(p, pattern[3:]) for p in parts)
+        else:
+            hit = any(fnmatch.fnmatch(p, pattern) for p in prefixes)
+        if hit:
+            excluded = not negate
+    return excluded
+
+
+def read_dockerfile():
+    errors = []
+    instructions = dockerfile_instructions(DOCKERFILE)
+    all_stages = stages(instructions)
+    if len(all_stages) < 2:
+        raise CheckError("Dockerfile: expected a build stage and a runtime stage")
+    runtime = all_stages[-1]
+    if runtime["base"] != RUNTIME_BASE:
+        errors.append(f"Dockerfile:{runtime['line']}: the runtime stage must be FROM {RUNTIME_BASE} "
+                      f"(the base-package exemptions of this check assume it), not {runtime['base']}")
+    image = {"packages": [], "expose": set(), "entrypoint": None, "cmd": [], "user": None,
+             "stopsignal": None, "copies": [], "runs": [], "build_runs": []}
+    names = {s["name"] for s in all_stages}
+    for line, keyword, rest in runtime["instructions"]:
+        if keyword == "RUN":
+            image["runs"].append((line, rest))
+            image["packages"] += apt_packages(rest)
+        elif keyword == "EXPOSE":
+            image["expose"] |= {int(p.split("/")[0]) for p in rest.split()}
+        elif keyword == "ENTRYPOINT":
+            image["entrypoint"] = exec_form(keyword, rest, line)
+        elif keyword == "CMD":
+            image["cmd"] = exec_form(keyword, rest, line)
+        elif keyword == "USER":
+            image["user"] = (line, rest)
+        elif keyword == "STOPSIGNAL":
+            image["stopsignal"] = rest
+        elif keyword in ("COPY", "ADD"):
+            words = shlex.split(rest)
+            options = [w for w in words if w.startswith("--")]
+            paths = [w for w in words if not w.startswith("--")]
+            source_stage = next((o.split("=", 1)[1] for o in options if o.startswith("--from=")), None)
+            image["copies"].append({"line": line, "from": source_stage, "sources": paths[:-1],
+                                    "dest": paths[-1]})
+    for stage in all_stages[:-1]:
+        for line, keyword, rest in stage["instructions"]:
+            if keyword == "RUN":
+                image["build_runs"].append(rest)
+            if keyword in ("COPY", "ADD") and "--from=" not in rest:
+                words = [w for w in shlex.split(rest) if not w.startswith("--")]
+                image["copies"].append({"line": line, "from": None, "sources": words[:-1],
+                                        "dest": words[-1]})
+
+    if not image["packages"]:
+        errors.append("Dockerfile: the runtime stage installs no package (apt-get install)")
+    dev = [p for p in image["packages"] if p.endswith("-dev")]
+    if dev:
+        errors.append(f"Dockerfile: the runtime stage installs development packages {dev}")
+    if image["entrypoint"] is None:
+        errors.append("Dockerfile: the runtime stage has no ENTRYPOINT")
+    if image["stopsignal"] not in (None, "SIGTERM", "15"):
+        errors.append(f"Dockerfile: STOPSIGNAL {image['stopsignal']}: the server drains on SIGTERM")
+    if image["user"] is None:
+        errors.append("Dockerfile: the runtime stage has no USER (it would run as root)")
+    else:
+        line, user = image["user"]
+        uid = user.split(":")[0]
+        if not uid.isdigit() or int(uid) == 0:
+            errors.append(f"Dockerfile:{line}: USER {user}: must be a numeric non-zero UID "
+                          "(Kubernetes' runAsNonRoot can only verify a numeric one)")
+    # COPY sources from the context must exist and survive .dockerignore.
+    ignore_file = os.path.join(ROOT, ".dockerignore")
+    patterns = []
+    if os.path.exists(ignore_file):
+        patterns = [l.strip() for l in open(ignore_file) if l.strip() and not l.startswith("#")]
+    for copy in image["copies"]:
+        if copy["from"] is not None and copy["from"] in names:
+            continue
+        for source in copy["sources"]:
+            path = os.path.normpath(source)
+            if not glob.glob(os.path.join(ROOT, path)):
+                errors.append(f"Dockerfile:{copy['line']}: COPY {source}: not in the repository")
+            elif dockerignored(path, patterns):
+                errors.append(f"Dockerfile:{copy['line']}: COPY {source}: left out of the build "
+                              "context by .dockerignore")
+    # The server finds the SentencePiece plugin by name on the library path.
+    plugin_copies = [c for c in image["copies"]
+                     if any(s.endswith("libperformer_sentencepiece.so") for s in c["sources"])]
+    if not plugin_copies:
+        errors.append("Dockerfile: the runtime stage does not copy libperformer_sentencepiece.so "
+                      "(dlmopen'ed by the server for SentencePiece tokenizers; ldd cannot see it)")
+    for copy in plugin_copies:
+        dest = copy["dest"].rstrip("/")
+        if dest not in LIBRARY_DIRS:
+            errors.append(f"Dockerfile:{copy['line']}: the plugin goes to {copy['dest']}, not a "
+                          "directory of the default library search path")
+        elif dest == "/usr/local/lib" and not any(
+                "ldconfig" in run and line > copy["line"] for line, run in image["runs"]):
+            errors.append(f"Dockerfile:{copy['line']}: the plugin is copied to /usr/local/lib but no "
+                          "later RUN ldconfig puts it into the loader's cache")
+    image["model_copies"] = [c["dest"].rstrip("/") for c in image["copies"] if c["from"] is None
+                             and any(s.rstrip("/") == "models" for s in c["sources"])]
+    image["cuda_off"] = any("-DPERFORMER_WITH_CUDA=OFF" in run for run in image["build_runs"])
+    check(errors, "Dockerfile: runtime stage, entry point, user, copies")
+    return image
+
+
+# --- Shared libraries vs the runtime packages --------------------------------------------
+def ldd(binary):
+    """[(soname, resolved path)] of every library the loader resolves."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise CheckError(f"ldd {binary} failed: {out.stderr.strip()}")
+    libraries = []
+    for line in out.stdout.splitlines():
+        line = line.strip()
+        if "=>" in line:
+            soname, _, where = line.partition("=>")
+            where = where.strip()
+            if where.startswith("not found"):
+                raise CheckError(f"ldd {binary}: {soname.strip()} not found on this machine")
+            path = where.split(" (")[0].strip()
+            if path:
+                libraries.append((soname.strip(), path))
+        elif line.startswith("/"):
+            libraries.append((os.path.basename(line.split(" (")[0]), line.split(" (")[0]))
+    return libraries
+
+
+def needed(binary):
+    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True)
+    return set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out.stdout))
+
+
+def owners(paths):
+    """Path -> owning Debian package, trying each path, its target and their
+    usrmerge twins (/lib vs /usr/lib), through one dpkg-query -S."""
+    candidates = {}
+    for path in paths:
+        names = []
+        for p in (path, os.path.realpath(path)):
+            names.append(p)
+            if p.startswith("/usr/"):
+                names.append(p[4:])
+            elif p.startswith("/"):
+                names.append("/usr" + p)
+        candidates[path] = list(dict.fromkeys(names))
+    every = sorted({c for names in candidates.values() for c in names})
+    out = subprocess.run(["dpkg-query", "-S"] + every, capture_output=True, text=True)
+    owned = {}
+    for line in out.stdout.splitlines():
+        packages, _, path = line.partition(": ")
+        if line.startswith("diversion ") or not path:
+            continue
+        owned[path] = [p.strip().split(":")[0] for p in packages.split(",")][0]
+    return {path: next((owned[c] for c in names if c in owned), None)
+            for path, names in candidates.items()}
+
+
+def dependency_closure(packages):
+    """Installed packages that apt installs along with `packages`: Depends and
+    Pre-Depends, recursively, taking the first alternative of each "a | b"
+    (what apt picks when neither is installed)."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Depends}\t${Pre-Depends}\n"],
+                         capture_output=True, text=True, check=True)
+    depends = {}
+    for line in out.stdout.splitlines():
+        name, dep, pre = (line.split("\t") + ["", ""])[:3]
+        groups = [g for g in (dep + "," + pre).split(",") if g.strip()]
+        first = [re.sub(r"\(.*?\)|:any", "", g.split("|")[0]).strip() for g in groups]
+        depends[name] = [f for f in first if f]
+    closure, todo = set(), list(packages)
+    while todo:
+        package = todo.pop()
+        if package in closure:
+            continue
+        closure.add(package)
+        todo += depends.get(package, [])
+    return closure
+
+
+def check_libraries(image):
+    for tool in ("ldd", "readelf", "dpkg-query"):
+        if not shutil.which(tool):
+            skipped.append(f"{tool} (the library check needs it)")
+            return
+    binaries = [SERVER, PLUGIN] + ([CLIENT] if CLIENT else [])
+    if not os.path.exists(PLUGIN):
+        raise CheckError(f"no SentencePiece plugin next to the server ({PLUGIN}): the image needs it")
+    listed = set(image["packages"])
+    closure = dependency_closure(listed | BASE_PACKAGES)
+    errors, notes, used = [], [], set()
+    count = 0
+    for binary in binaries:
+        direct = needed(binary)
+        libraries = ldd(binary)
+        package_of = owners([path for _, path in libraries])
+        for soname, path in libraries:
+            package = package_of[path]
+            name = f"{os.path.basename(binary)}: {soname} ({path})"
+            count += 1
+            if package is None:
+                if "/cuda" in os.path.realpath(path) and image["cuda_off"]:
+                    notes.append(f"{name}: CUDA toolkit, not linked in the image "
+                                 "(it builds with -DPERFORMER_WITH_CUDA=OFF)")
+                    continue
+                errors.append(f"{name}: no Debian package owns it, so the image cannot install it")
+                continue
+            used.add(package)
+            if package in listed or package in BASE_PACKAGES:
+                continue
+            if soname in direct:
+                errors.append(f"{name}: linked directly; its package {package} must be in the runtime "
+                              "stage's apt-get install")
+            elif package not in closure:
+                errors.append(f"{name}: its package {package} is neither installed by the runtime "
+                              "stage nor a dependency of what it installs")
+    for package in sorted(listed - used):
+        errors.append(f"the runtime stage installs {package}, which owns no library of "
+                      f"{', '.join(os.path.basename(b) for b in binaries)}")
+    for note in notes:
+        say(f"note: {note}")
+    check(errors, "Dockerfile: runtime packages vs the binaries' shared libraries",
+          f"{count} libraries of {len(binaries)} binaries, {len(listed)} packages installed")
+
+
+# --- Manifests ----------------------------------------------------------------------
+def load_raw():
+    """The objects kustomization.yaml names, read without kustomize: its
+    resources, and its configMapGenerator entries as ConfigMaps (unhashed)."""
+    import yaml
+
+    kustomization = yaml.safe_load(open(os.path.join(MANIFESTS, "kustomization.yaml")))
+    objects = []
+    for resource in kustomization.get("resources", []):
+        path = os.path.join(MANIFESTS, resource)
+        if not os.path.exists(path):
+            raise CheckError(f"kustomization.yaml: resource {resource}: no such file")
+        if os.path.isdir(path):
+            raise CheckError(f"kustomization.yaml: resource {resource} is a directory; read raw, "
+                             "only files are supported")
+        objects += [doc for doc in yaml.safe_load_all(open(path)) if doc is not None]
+    for generator in kustomization.get("configMapGenerator", []):
+        data = {}
+        for entry in generator.get("files", []):
+            key, _, source = entry.rpartition("=")
+            data[key or os.path.basename(source)] = open(os.path.join(MANIFESTS, source)).read()
+        for literal in generator.get("literals", []):
+            key, _, value = literal.partition("=")
+            data[key] = value
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": generator["name"]}, "data": data,
+                        "generated": True})
+    return objects
+
+
+def load_rendered(path):
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all(open(path)) if doc is not None]
+
+
+def find_config_map(objects, name):
+    for obj in objects:
+        if obj.get("kind") != "ConfigMap":
+            continue
+        obj_name = obj["metadata"]["name"]
+        # Raw: the generator's name; rendered: kustomize has already
+        # rewritten the reference to the hashed name.
+        if obj_name == name or (obj.get("generated") and name.startswith(obj_name)):
+            return obj
+    return None
+
+
+def selects(selector, labels):
+    match = selector.get("matchLabels", selector) if isinstance(selector, dict) else {}
+    if not match:
+        return False
+    return all(labels.get(k) == v for k, v in match.items())
+
+
+def health_names():
+    """The grpc.health.v1 names server/main.cc serves."""
+    source = open(os.path.join(ROOT, "server", "main.cc")).read()
+    service = re.search(r'kServiceName\[\] = "(.*?)"', source)
+    liveness = re.search(r'kLivenessName\[\] = "(.*?)"', source)
+    if not service or not liveness:
+        raise CheckError("server/main.cc: cannot find kServiceName / kLivenessName")
+    # Readiness: "" and the service name; liveness: its own name only.
+    return {"ready": {"", service.group(1)}, "liveness": {liveness.group(1)}}
+
+
+def env_value(container, name):
+    """The value Kubernetes substitutes for $(name), where it can be known."""
+    for env in container.get("env", []):
+        if env.get("name") != name:
+            continue
+        if "value" in env:
+            return str(env["value"])
+        field = env.get("valueFrom", {}).get("resourceFieldRef")
+        if field:
+            kind, _, resource = field["resource"].partition(".")
+            amount = container.get("resources", {}).get(kind, {}).get(resource)
+            if amount is None:
+                return None
+            return str(math.ceil(quantity(amount) / quantity(field.get("divisor", "1"))))
+        return None
+    raise CheckError(f"container {container['name']}: $({name}) is used in args but not defined "
+                     "in its env")
+
+
+def check_objects(label, objects, image):
+    errors = []
+    for i, obj in enumerate(objects):
+        if not isinstance(obj, dict):
+            errors.append(f"document {i + 1} is not a mapping")
+            continue
+        for key in ("apiVersion", "kind"):
+            if not obj.get(key):
+                errors.append(f"document {i + 1} ({obj.get('kind')}): no {key}")
+        if not (obj.get("metadata") or {}).get("name"):
+            errors.append(f"document {i + 1} ({obj.get('kind')}): no metadata.name")
+    check(errors, f"{label}: documents have apiVersion, kind, metadata.name",
+          f"{len(objects)} documents")
+
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    if len(deployments) != 1:
+        raise CheckError(f"{label}: expected one Deployment, found {len(deployments)}")
+    deployment = deployments[0]
+    pod = deployment["spec"]["template"]
+    pod_labels = pod["metadata"].get("labels", {})
+    spec = pod["spec"]
+    containers = spec["containers"]
+    container = next((c for c in containers if c["name"] == "performer-serve"), containers[0])
+    errors = []
+
+    # Flags: the image's ENTRYPOINT/CMD, then the container's args, then the
+    # --flagfile the args name (a ConfigMap mounted into the pod).
+    entry = image["entrypoint"] or []
+    image_flags = entry[1:] + image["cmd"]
+    args = list(container.get("args", []))
+    if container.get("command"):
+        errors.append("the container sets command, replacing the image's ENTRYPOINT and its flags")
+    flagfile_flags, flagfile_paths = [], []
+    for arg in args:
+        parsed = parse_flag(arg)
+        if parsed and parsed[0] == "flagfile":
+            for path in parsed[1].split(","):
+                mount = next((m for m in container.get("volumeMounts", [])
+                              if path.startswith(m["mountPath"].rstrip("/") + "/")), None)
+                if mount is None:
+                    errors.append(f"--flagfile={path}: no volume is mounted there")
+                    continue
+                volume = next((v for v in spec.get("volumes", []) if v["name"] == mount["name"]), {})
+                config_map = find_config_map(objects, volume.get("configMap", {}).get("name", ""))
+                key = path[len(mount["mountPath"].rstrip("/")) + 1:]
+                if config_map is None or key not in config_map.get("data", {}):
+                    errors.append(f"--flagfile={path}: no ConfigMap key {key!r} behind volume "
+                                  f"{mount['name']}")
+                    continue
+                text = config_map["data"][key]
+                flagfile_paths.append(text)
+                flagfile_flags += [l.strip() for l in text.splitlines()
+                                   if l.strip() and not l.strip().startswith("#")]
+    check(errors, f"{label}: container args and --flagfile ConfigMap found")
+
+    every = [("ENTRYPOINT/CMD", a) for a in image_flags] + [("args", a) for a in args] + \
+            [("flagfile", a) for a in flagfile_flags]
+    for where, arg in every:
+        parsed = parse_flag(arg)
+        if parsed is None:
+            errors.append(f"{where}: {arg!r} is not a --flag")
+        elif parsed[0] not in FLAGS:
+            errors.append(f"{where}: --{parsed[0]} is not a flag of performer-serve "
+                          f"(performer-serve --helpfull lists them)")
+    in_args = {parse_flag(a)[0] for a in args if parse_flag(a)}
+    for arg in flagfile_flags:
+        parsed = parse_flag(arg)
+        if parsed and parsed[0] in in_args:
+            errors.append(f"--{parsed[0]} is set both in args and in the flag file: set it once")
+    check(errors, f"{label}: flag names are performer-serve's",
+          f"image {len(image_flags)}, args {len(args)}, flag file {len(flagfile_flags)}")
+
+    # Values: the binary parses them (absl's --only_check_args), with $(VAR)
+    # replaced as the kubelet would and the flag file at a local path.
+    def substitute(match):
+        value = env_value(container, match.group(1))
+        if value is None:
+            raise CheckError(f"{label}: $({match.group(1)}): its value cannot be known here")
+        return value
+
+    resolved_args = []
+    for arg in args:
+        arg = re.sub(r"\$\((\w+)\)", substitute, arg)
+        parsed = parse_flag(arg)
+        if parsed and parsed[0] == "flagfile":
+            local = tempfile.mkdtemp(dir=WORK)
+            paths = [os.path.join(local, f"flags{n}") for n in range(len(flagfile_paths))]
+            for path, text in zip(paths, flagfile_paths):
+                open(path, "w").write(text)
+            arg = "--flagfile=" + ",".join(paths)
+        resolved_args.append(arg)
+    command = [SERVER] + image_flags + resolved_args + ["--only_check_args"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise CheckError(f"{label}: performer-serve rejects the flags: {out.stderr.strip()}")
+    # The last value of each flag wins. absl reads a flag file where it is
+    # named, after the ENTRYPOINT's flags; a flag set both in args and in
+    # the flag file is an error above, so this order gives the same values.
+    values = {}
+    for arg in image_flags + resolved_args + flagfile_flags:
+        parsed = parse_flag(arg)
+        if parsed and parsed[1] is not None and parsed[0] != "flagfile":
+            values[parsed[0]] = parsed[1]
+    value = lambda name: values.get(name, FLAGS[name])
+    port, metrics_port = int(value("port")), int(value("metrics_port"))
+    say(f"{label}: performer-serve --only_check_args accepts them "
+        f"(port {port}, metrics port {metrics_port}, drain {value('drain_timeout')})")
+
+    if port <= 0:
+        errors.append(f"--port={port}: a Deployment needs a fixed port")
+    if value("host") not in ("0.0.0.0", "::", "[::]"):
+        errors.append(f"--host={value('host')}: the kubelet's probes and the Services reach the "
+                      "pod's IP, so the server must listen on every address (0.0.0.0 or [::])")
+    if str(value("device")).startswith("cuda"):
+        errors.append(f"--device={value('device')}: the image (Dockerfile) is CPU only")
+
+    # Ports: container, image, probes, annotations, Services.
+    ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
+    if ports.get("grpc") != port:
+        errors.append(f"container port 'grpc' is {ports.get('grpc')}, --port is {port}")
+    expected_ports = {port}
+    if metrics_port > 0:
+        expected_ports.add(metrics_port)
+        if ports.get("metrics") != metrics_port:
+            errors.append(f"container port 'metrics' is {ports.get('metrics')}, --metrics_port is "
+                          f"{metrics_port}")
+    if set(ports.values()) != expected_ports:
+        errors.append(f"container ports {sorted(ports.values())} != the server's {sorted(expected_ports)}")
+    if image["expose"] != set(ports.values()):
+        errors.append(f"Dockerfile EXPOSE {sorted(image['expose'])} != container ports "
+                      f"{sorted(ports.values())}")
+    image_values = {parse_flag(a)[0]: parse_flag(a)[1] for a in image_flags if parse_flag(a)}
+    image_ports = {int(image_values.get("port", FLAGS["port"])),
+                   int(image_values.get("metrics_port", FLAGS["metrics_port"]))}
+    if image["expose"] != {p for p in image_ports if p > 0}:
+        errors.append(f"Dockerfile EXPOSE {sorted(image['expose'])} != the ports the image's own "
+                      f"ENTRYPOINT listens on {sorted(image_ports)}")
+
+    names = health_names()
+    for probe_name, allowed in (("startupProbe", names["liveness"] | names["ready"]),
+                                ("livenessProbe", names["liveness"]),
+                                ("readinessProbe", names["ready"])):
+        probe = container.get(probe_name)
+        if probe is None:
+            errors.append(f"no {probe_name}")
+            continue
+        grpc = probe.get("grpc")
+        if grpc is None:
+            errors.append(f"{probe_name}: not a gRPC probe (the server's health is grpc.health.v1)")
+            continue
+        if grpc.get("port") != port:
+            errors.append(f"{probe_name}: port {grpc.get('port')}, --port is {port}")
+        service = grpc.get("service", "")
+        if service not in allowed:
+            why = {"livenessProbe": " (readiness turns NOT_SERVING while the server drains: a "
+                                    "liveness probe on it would kill draining pods)"}
+            errors.append(f"{probe_name}: service {service!r}; the server serves "
+                          f"{sorted(allowed)} for it{why.get(probe_name, '')}")
+
+    annotations = pod["metadata"].get("annotations", {})
+    if metrics_port > 0:
+        if annotations.get("prometheus.io/scrape") != "true":
+            errors.append("pod annotation prometheus.io/scrape is not \"true\"")
+        if annotations.get("prometheus.io/port") != str(metrics_port):
+            errors.append(f"pod annotation prometheus.io/port is {annotations.get('prometheus.io/port')}, "
+                          f"--metrics_port is {metrics_port}")
+        if annotations.get("prometheus.io/path", "/metrics") != "/metrics":
+            errors.append("pod annotation prometheus.io/path is not /metrics")
+
+    services = [o for o in objects if o["kind"] == "Service"]
+    if not services:
+        errors.append("no Service")
+    for service in services:
+        where = f"Service {service['metadata']['name']}"
+        if not selects(service["spec"].get("selector", {}), pod_labels):
+            errors.append(f"{where}: selector {service['spec'].get('selector')} does not select the "
+                          f"pods {pod_labels}")
+        by_name = {p.get("name"): p for p in service["spec"].get("ports", [])}
+        grpc = by_name.get("grpc")
+        if grpc is None:
+            errors.append(f"{where}: no port named grpc")
+        elif not grpc.get("appProtocol"):
+            errors.append(f"{where}: port grpc has no appProtocol (proxies would speak HTTP/1.1)")
+        for p in service["spec"].get("ports", []):
+            target = p.get("targetPort", p["port"])
+            number = ports.get(target) if isinstance(target, str) else target
+            if number is None:
+                errors.append(f"{where}: port {p.get('name')}: targetPort {target!r} is no container port")
+            elif p.get("name") == "grpc" and number != port:
+                errors.append(f"{where}: port grpc reaches {number}, --port is {port}")
+            elif p.get("name") == "metrics" and number != metrics_port:
+                errors.append(f"{where}: port metrics reaches {number}, --metrics_port is {metrics_port}")
+    check(errors, f"{label}: ports (container, EXPOSE, probes, annotations, Services) and probe "
+                  "health names")
+
+    # Shutdown: preStop, then SIGTERM and the drain, then the gRPC shutdown.
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    pre_stop = container.get("lifecycle", {}).get("preStop", {})
+    pause = 0.0
+    if "sleep" in pre_stop:
+        pause = float(pre_stop["sleep"]["seconds"])
+    elif "exec" in pre_stop:
+        command = pre_stop["exec"]["command"]
+        if command and os.path.basename(command[0]) == "sleep" and len(command) == 2:
+            pause = duration_seconds(command[1]) if not command[1].isdigit() else float(command[1])
+    drain = duration_seconds(str(value("drain_timeout")))
+    needed_seconds = pause + drain + SHUTDOWN_SECONDS
+    if not grace > needed_seconds:
+        errors.append(f"terminationGracePeriodSeconds {grace} must exceed preStop {pause:g} s + "
+                      f"--drain_timeout {drain:g} s + shutdown {SHUTDOWN_SECONDS} s = "
+                      f"{needed_seconds:g} s, or running streams are killed")
+    check(errors, f"{label}: terminationGracePeriodSeconds vs preStop + drain + shutdown",
+          f"{grace} > {pause:g} + {drain:g} + {SHUTDOWN_SECONDS} s")
+
+    # Resources: requests <= limits; the memory limit holds the state pools.
+    resources = container.get("resources", {})
+    for kind in ("requests", "limits"):
+        for resource in ("cpu", "memory"):
+            if resource not in resources.get(kind, {}):
+                errors.append(f"no resources.{kind}.{resource}")
+    for resource in ("cpu", "memory"):
+        request = resources.get("requests", {}).get(resource)
+        limit = resources.get("limits", {}).get(resource)
+        if request is not None and limit is not None and quantity(request) > quantity(limit):
+            errors.append(f"requests.{resource} {request} > limits.{resource} {limit}")
+    repository = str(value("model_repository"))
+    models_dir = os.path.join(ROOT, "models")
+    if repository in image["model_copies"]:
+        models = [d for d in glob.glob(os.path.join(models_dir, "*"))
+                  if os.path.exists(os.path.join(d, "config.json"))]
+        weights = sum(os.path.getsize(w)
+                      for w in glob.glob(os.path.join(models_dir, "*", "*.safetensors")))
+    else:
+        mounted = any(repository == m["mountPath"].rstrip("/") or
+                      repository.startswith(m["mountPath"].rstrip("/") + "/")
+                      for m in container.get("volumeMounts", []))
+        if not mounted:
+            errors.append(f"--model_repository={repository}: neither the image's copy of models/ "
+                          f"({image['model_copies']}) nor a mounted volume")
+        models, weights = [None], 0  # unknown: at least one model
+    state = int(value("state_memory_bytes"))
+    limit = resources.get("limits", {}).get("memory")
+    needed_bytes = len(models) * state + weights + MEMORY_HEADROOM
+    if limit is not None and quantity(limit) < needed_bytes:
+        errors.append(f"limits.memory {limit} = {quantity(limit) / 2**20:.0f} MiB < {len(models)} "
+                      f"model(s) x --state_memory_bytes {state / 2**20:.0f} MiB + weights "
+                      f"{weights / 2**20:.0f} MiB + {MEMORY_HEADROOM >> 20} MiB headroom")
+    check(errors, f"{label}: resources, memory limit vs state pools",
+          f"limit {limit} >= {needed_bytes / 2**20:.0f} MiB for {len(models)} model(s) at "
+          f"--state_memory_bytes={state}")
+
+    # Security context (pod level, or container level overriding it).
+    pod_security = spec.get("securityContext", {})
+    security = container.get("securityContext", {})
+    if not security.get("runAsNonRoot", pod_security.get("runAsNonRoot")):
+        errors.append("runAsNonRoot is not true")
+    if security.get("runAsUser", pod_security.get("runAsUser", 1)) == 0:
+        errors.append("runAsUser is 0")
+    if security.get("readOnlyRootFilesystem") is not True:
+        errors.append("readOnlyRootFilesystem is not true")
+    if security.get("allowPrivilegeEscalation") is not False:
+        errors.append("allowPrivilegeEscalation is not false")
+    if security.get("privileged"):
+        errors.append("privileged")
+    if "ALL" not in security.get("capabilities", {}).get("drop", []):
+        errors.append("capabilities.drop does not include ALL")
+    spread = spec.get("topologySpreadConstraints", [])
+    anti = spec.get("affinity", {}).get("podAntiAffinity", {})
+    anti_terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution", []) + \
+        [t.get("podAffinityTerm", {}) for t in
+         anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+    if not any(selects(c.get("labelSelector", {}), pod_labels) for c in spread + anti_terms):
+        errors.append("no topologySpreadConstraints or podAntiAffinity that selects these pods")
+    check(errors, f"{label}: security context, spreading")
+
+    # Selectors and targets of the Deployment, PDB and HPA.
+    if not selects(deployment["spec"]["selector"], pod_labels):
+        errors.append("the Deployment's selector does not select its own pod template")
+    pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    hpas = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
+    if not pdbs:
+        errors.append("no PodDisruptionBudget")
+    if not hpas:
+        errors.append("no HorizontalPodAutoscaler")
+    min_replicas = min((h["spec"].get("minReplicas", 1) for h in hpas), default=1)
+    for pdb in pdbs:
+        where = f"PodDisruptionBudget {pdb['metadata']['name']}"
+        if not selects(pdb["spec"].get("selector", {}), pod_labels):
+            errors.append(f"{where}: its selector does not select the pods")
+        floor = pdb["spec"].get("minAvailable")
+        if isinstance(floor, int) and floor >= min_replicas:
+            errors.append(f"{where}: minAvailable {floor} >= the autoscaler's minReplicas "
+                          f"{min_replicas}: no pod could ever be evicted")
+        if "minAvailable" not in pdb["spec"] and "maxUnavailable" not in pdb["spec"]:
+            errors.append(f"{where}: neither minAvailable nor maxUnavailable")
+    for hpa in hpas:
+        where = f"HorizontalPodAutoscaler {hpa['metadata']['name']}"
+        target = hpa["spec"]["scaleTargetRef"]
+        if target.get("kind") != "Deployment" or target.get("name") != deployment["metadata"]["name"]:
+            errors.append(f"{where}: scales {target.get('kind')}/{target.get('name')}, not the "
+                          f"Deployment {deployment['metadata']['name']}")
+        if hpa["spec"].get("minReplicas", 1) > hpa["spec"]["maxReplicas"]:
+            errors.append(f"{where}: minReplicas > maxReplicas")
+        for metric in hpa["spec"].get("metrics", []):
+            if metric.get("type") == "Resource":
+                name = metric["resource"]["name"]
+                if metric["resource"]["target"].get("type") == "Utilization" and \
+                        name not in resources.get("requests", {}):
+                    errors.append(f"{where}: {name} utilization needs resources.requests.{name}")
+        if "replicas" in deployment["spec"]:
+            errors.append(f"the Deployment sets spec.replicas while {where} owns the count: every "
+                          "apply would reset it")
+    check(errors, f"{label}: Deployment, PodDisruptionBudget and HorizontalPodAutoscaler selectors "
+                  "and targets")
+    return {"args": image_flags + resolved_args, "port": port, "metrics_port": metrics_port,
+            "probes": {n: container[n]["grpc"].get("service", "") for n in
+                       ("startupProbe", "livenessProbe", "readinessProbe")}}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_health_live(deployed):
+    """Starts the server with the Deployment's flags (ports moved to free
+    ones, the source tree's models) and asks it for each probe's service."""
+    try:
+        import grpc
+    except ImportError:
+        say("note: Python grpcio not installed: probe services not queried on a running server")
+        return
+    port, metrics = free_port(), free_port()
+    args = []
+    for arg in deployed["args"]:
+        parsed = parse_flag(arg)
+        if parsed and parsed[0] in ("port", "metrics_port", "model_repository", "host"):
+            continue
+        args.append(arg)
+    port_file = tempfile.NamedTemporaryFile(delete=False)
+    port_file.close()
+    os.unlink(port_file.name)
+    command = [SERVER] + args + [f"--port={port}", f"--metrics_port={metrics}", "--host=127.0.0.1",
+                                 f"--model_repository={os.path.join(ROOT, 'models')}",
+                                 f"--port_file={port_file.name}", "--log_level=warn"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not os.path.exists(port_file.name) or not open(port_file.name).read().strip():
+            if server.poll() is not None:
+                raise CheckError(f"the server did not start with the Deployment's flags:\n"
+                                 f"{server.stderr.read()}")
+            if time.time() > deadline:
+                raise CheckError("the server did not become ready within 120 s")
+            time.sleep(0.1)
+        errors = []
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            check_rpc = channel.unary_unary("/grpc.health.v1.Health/Check")
+            for probe, service in deployed["probes"].items():
+                # HealthCheckRequest{service = 1}; SERVING is status = 1.
+                encoded = service.encode()
+                request = (b"\x0a" + bytes([len(encoded)]) + encoded) if encoded else b""
+                try:
+                    reply = check_rpc(request, timeout=5)
+                except grpc.RpcError as error:
+                    errors.append(f"{probe}: service {service!r}: {error.code().name}")
+                    continue
+                if reply != b"\x08\x01":
+                    errors.append(f"{probe}: service {service!r}: not SERVING ({reply!r})")
+        check(errors, "probe services are SERVING on a server started with the Deployment's flags")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        if os.path.exists(port_file.name):
+            os.unlink(port_file.name)
+
+
+def main():
+    global FLAGS
+    FLAGS = server_flags()
+    image = read_dockerfile()
+    entry = image["entrypoint"] or []
+    errors = []
+    if entry and os.path.basename(entry[0]) != "performer-serve":
+        errors.append(f"ENTRYPOINT runs {entry[0]}, not performer-serve")
+    installed = [c for c in image["copies"] if c["from"] is not None and
+                 any(s.endswith("/performer-serve") for s in c["sources"]) and
+                 entry and c["dest"].rstrip("/") in (os.path.dirname(entry[0]), entry[0])]
+    if entry and not installed:
+        errors.append(f"ENTRYPOINT {entry[0]}: no COPY --from=<build stage> puts performer-serve there")
+    image_flags = entry[1:] + image["cmd"]
+    for arg in image_flags:
+        parsed = parse_flag(arg)
+        if parsed is None or parsed[0] not in FLAGS:
+            errors.append(f"ENTRYPOINT/CMD: {arg!r} is not a flag of performer-serve")
+    values = {parse_flag(a)[0]: parse_flag(a)[1] for a in image_flags if parse_flag(a)}
+    if values.get("model_repository") not in image["model_copies"]:
+        errors.append(f"ENTRYPOINT --model_repository={values.get('model_repository')}: the image "
+                      f"copies models/ to {image['model_copies']} (the default is a path of the "
+                      "build machine)")
+    if not errors:
+        out = subprocess.run([SERVER] + image_flags + ["--only_check_args"], capture_output=True,
+                             text=True, timeout=60)
+        if out.returncode != 0:
+            errors.append(f"performer-serve rejects the ENTRYPOINT flags: {out.stderr.strip()}")
+    check(errors, f"Dockerfile: ENTRYPOINT {' '.join(entry)} (flags parsed by the binary)")
+
+    check_libraries(image)
+
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        skipped.append("PyYAML (apt-get install python3-yaml): manifests not checked")
+    else:
+        deployed = check_objects("deploy/kubernetes (raw files)", load_raw(), image)
+        for name, path in RENDERED:
+            deployed = check_objects(f"{name} (rendered)", load_rendered(path), image)
+        check_health_live(deployed)
+
+    for what in skipped:
+        say(f"SKIP: {what}")
+    return 77 if skipped else 0
+
+
+try:
+    sys.exit(main())
+except CheckError as error:
+    print(f"check_kubernetes: FAIL: {error}", file=sys.stderr)
+    sys.exit(1)
+except (KeyError, TypeError, ValueError, OSError, subprocess.SubprocessError) as error:
+    # A manifest without a field the checks read, or of the wrong type.
+    import traceback
+    traceback.print_exc()
+    print(f"check_kubernetes: FAIL: unexpected content: {type(error).__name__}: {error}",
+          file=sys.stderr)
+    sys.exit(1)
+finally:
+    shutil.rmtree(WORK, ignore_errors=True)
+PY
+
+if ((status == 1)); then
+  exit 1
+fi
+if ((status != 0 && status != 77)); then
+  fail "the checks ended with status ${status}"
+fi
+if ((${#missing[@]} > 0)); then
+  skip "everything else passed; not run without ${missing[*]}"
+fi
+if ((status == 77)); then
+  skip "a tool is missing (see above); everything else passed"
+fi
+echo "check_kubernetes: OK"
