@@ -12,6 +12,7 @@
 
 #if PERFORMER_TORCH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
