@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ostream>
 #include <string>
 #include <tuple>
 
@@ -23,6 +24,21 @@ struct StepShape {
   int64_t rows, features, dims;
   bool decay, sums, slots;
 };
+
+// Readable parameters in test listings (GoogleTest would print the raw
+// bytes, padding included).
+void PrintTo(const StepShape& s, std::ostream* os) {
+  *os << "R" << s.rows << " M" << s.features << " E" << s.dims << (s.decay ? " decay" : "")
+      << (s.sums ? " sums" : "") << (s.slots ? " slots" : "");
+}
+
+}  // namespace
+
+void PrintTo(CudaStepKernel kernel, std::ostream* os) {
+  *os << (kernel == CudaStepKernel::kVectorSplit ? "kVectorSplit" : "kRowBlocks");
+}
+
+namespace {
 
 using StepParam = std::tuple<StepShape, CudaStepKernel>;
 
