@@ -163,9 +163,11 @@ int Main(int argc, char** argv) {
     const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps, true);
     // The same graphs with the other CUDA decode-step kernel (captured
     // when the decoder is made, so selected before).
-    kernels::SetCudaStepKernel(kernels::CudaStepKernel::kVectorSplit);
-    const StepTiming vector = TimeSteps(cuda, batch, cuda_steps, true);
-    kernels::SetCudaStepKernel(kernels::CudaStepKernel::kRowBlocks);
+    StepTiming vector;
+    {
+      const kernels::ScopedCudaStepKernel selected(kernels::CudaStepKernel::kVectorSplit);
+      vector = TimeSteps(cuda, batch, cuda_steps, true);
+    }
     const double bytes = static_cast<double>(weight_bytes) +
                          static_cast<double>(batch * gpu.state_bytes_per_sequence);
     const double achieved = bytes / gpu.seconds_per_step;

@@ -119,11 +119,12 @@ int Run() {
   using performer::kernels::CudaStepKernel;
   for (int64_t batch : {1, 64, 256, 1024}) {
     double rows_seconds = 0, vector_seconds = 0;
-    performer::kernels::SetCudaStepKernel(CudaStepKernel::kRowBlocks);
     const double rows_bandwidth = DecodeStepBandwidth(batch, &rows_seconds);
-    performer::kernels::SetCudaStepKernel(CudaStepKernel::kVectorSplit);
-    const double vector_bandwidth = DecodeStepBandwidth(batch, &vector_seconds);
-    performer::kernels::SetCudaStepKernel(CudaStepKernel::kRowBlocks);
+    double vector_bandwidth = 0;
+    {
+      const performer::kernels::ScopedCudaStepKernel vector(CudaStepKernel::kVectorSplit);
+      vector_bandwidth = DecodeStepBandwidth(batch, &vector_seconds);
+    }
     const double state_mb = 4.0 * batch * kHeads * kFeatures * (kDimHead + 1) / 1e6;
     std::printf("| B = %ld | %.1f | %.1f us | %.0f%% | %.1f us | %.0f%% | %.2fx |\n",
                 static_cast<long>(batch), state_mb, rows_seconds * 1e6,

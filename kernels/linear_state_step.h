@@ -79,6 +79,21 @@ enum class CudaStepKernel { kRowBlocks, kVectorSplit };
 void SetCudaStepKernel(CudaStepKernel kernel);
 CudaStepKernel GetCudaStepKernel();
 
+// Selects a CUDA step kernel for its lifetime, then restores the one before
+// (tests and benchmarks that compare the two).
+class ScopedCudaStepKernel {
+ public:
+  explicit ScopedCudaStepKernel(CudaStepKernel kernel) : previous_(GetCudaStepKernel()) {
+    SetCudaStepKernel(kernel);
+  }
+  ~ScopedCudaStepKernel() { SetCudaStepKernel(previous_); }
+  ScopedCudaStepKernel(const ScopedCudaStepKernel&) = delete;
+  ScopedCudaStepKernel& operator=(const ScopedCudaStepKernel&) = delete;
+
+ private:
+  CudaStepKernel previous_;
+};
+
 // True when LinearStateStep has a kernel for this state (device, dtype,
 // layout): contiguous float32 (rows, M, E + 1) on the CPU, or on a CUDA
 // device when this build compiled kernels/cuda.

@@ -382,11 +382,11 @@ VectorStepPlan VectorStepPlanFor(const LinearStateStepArgs& args, int device) {
   return plan;
 }
 
-const char* LinearStateStepVectorForward(const LinearStateStepArgs& args, int device,
-                                         float* workspace, void* stream) {
+const char* LinearStateStepVectorForward(const LinearStateStepArgs& args,
+                                         const VectorStepPlan& plan, float* workspace,
+                                         void* stream) {
   if (const char* error = CheckArgs(args)) return error;
   if (args.rows == 0) return nullptr;
-  const VectorStepPlan plan = VectorStepPlanFor(args, device);
   if (!plan.supported) return "shape not supported by the vector kernel (M (E + 1) % 4 != 0)";
   if (plan.workspace_floats > 0 && workspace == nullptr) return "the split needs a workspace";
   const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(plan.splits));

@@ -73,12 +73,13 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
 // column sums in registers, and a row split over several blocks for small
 // batches. VectorStepPlanFor says whether it takes the shape (M (E + 1) % 4
 // == 0, E + 1 small enough) and how many zeroed workspace floats the call
-// needs; the caller passes that workspace (zeros, on the state's device) or
-// null when workspace_floats is 0. device: the CUDA device the state is on
-// (its SM count sets the split). Written in a session without a GPU: not
-// yet run (docs/gpu.md).
+// needs; the caller passes that plan and that workspace (zeros, on the
+// state's device), or null when workspace_floats is 0. device: the CUDA
+// device the state is on (its SM count sets the split). Written in a
+// session without a GPU: not yet run (docs/gpu.md).
 VectorStepPlan VectorStepPlanFor(const LinearStateStepArgs& args, int device);
-const char* LinearStateStepVectorForward(const LinearStateStepArgs& args, int device,
-                                         float* workspace, void* stream);
+const char* LinearStateStepVectorForward(const LinearStateStepArgs& args,
+                                         const VectorStepPlan& plan, float* workspace,
+                                         void* stream);
 
 }  // namespace performer::kernels::cuda

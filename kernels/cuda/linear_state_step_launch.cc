@@ -44,13 +44,12 @@ LinearStateStepArgs BaseArgs(torch::Tensor& state, const torch::Tensor& v,
 // allocator (inside a CUDA graph capture too: the zeroing is a graph node).
 void Launch(const LinearStateStepArgs& a, const torch::Tensor& state, const char* op) {
   if (GetCudaStepKernel() == CudaStepKernel::kVectorSplit) {
-    const int device = state.device().index();
-    const VectorStepPlan plan = VectorStepPlanFor(a, device);
+    const VectorStepPlan plan = VectorStepPlanFor(a, state.device().index());
     if (plan.supported) {
       torch::Tensor workspace;
       if (plan.workspace_floats > 0)
         workspace = torch::zeros({plan.workspace_floats}, state.options());
-      CheckLaunch(LinearStateStepVectorForward(a, device, PointerOrNull<float>(workspace),
+      CheckLaunch(LinearStateStepVectorForward(a, plan, PointerOrNull<float>(workspace),
                                                CurrentStream(state)),
                   op);
       return;

@@ -246,5 +246,21 @@ TEST(LinearStateStepSlotsTest, BadSlotsAreErrors) {
   EXPECT_THROW(step(torch::tensor({0, 1, 2}, torch::kLong)), c10::Error);  // R mismatch
 }
 
+// The selection the CUDA step kernel tests and benchmarks rely on to run
+// both kernels and leave the default behind.
+TEST(CudaStepKernelSelection, ScopedSelectionRestoresThePreviousKernel) {
+  EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kRowBlocks);
+  {
+    const ScopedCudaStepKernel vector(CudaStepKernel::kVectorSplit);
+    EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kVectorSplit);
+    {
+      const ScopedCudaStepKernel rows(CudaStepKernel::kRowBlocks);
+      EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kRowBlocks);
+    }
+    EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kVectorSplit);
+  }
+  EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kRowBlocks);
+}
+
 }  // namespace
 }  // namespace performer::kernels

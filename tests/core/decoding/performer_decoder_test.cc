@@ -440,9 +440,10 @@ void ExpectGraphStepsEqualEagerSteps(
   };
   PerformerDecoderOptions eager_options;
   eager_options.cuda_graphs = false;
-  kernels::SetCudaStepKernel(graph_kernel);
-  auto graphs = *PerformerDecoder::Create(on_gpu(), 4);
-  kernels::SetCudaStepKernel(kernels::CudaStepKernel::kRowBlocks);
+  auto graphs = [&] {
+    const kernels::ScopedCudaStepKernel selected(graph_kernel);
+    return *PerformerDecoder::Create(on_gpu(), 4);
+  }();
   auto eager = *PerformerDecoder::Create(on_gpu(), 4, eager_options);
   ASSERT_TRUE(graphs->info().cuda_graphs) << graphs->cuda_graphs_status();
   EXPECT_FALSE(eager->info().cuda_graphs);

@@ -51,12 +51,11 @@ std::string ShapeName(const ::testing::TestParamInfo<StepParam>& info) {
 }
 
 // Selects the parameter's CUDA kernel for the test, and restores the
-// default after it.
+// previous one after it.
 class StepKernelTest : public ::testing::TestWithParam<StepParam> {
  protected:
-  void SetUp() override { SetCudaStepKernel(std::get<1>(GetParam())); }
-  void TearDown() override { SetCudaStepKernel(CudaStepKernel::kRowBlocks); }
   static StepShape Shape() { return std::get<0>(GetParam()); }
+  const ScopedCudaStepKernel kernel_{std::get<1>(GetParam())};
 };
 
 // A pool twice the batch with the rows scattered over it, or the identity.
@@ -173,8 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Checks run once per CUDA kernel.
 class CudaStepKernelTest : public ::testing::TestWithParam<CudaStepKernel> {
  protected:
-  void SetUp() override { SetCudaStepKernel(GetParam()); }
-  void TearDown() override { SetCudaStepKernel(CudaStepKernel::kRowBlocks); }
+  const ScopedCudaStepKernel kernel_{GetParam()};
 };
 
 // The server replays the decode step from CUDA graphs: the vector kernel's
