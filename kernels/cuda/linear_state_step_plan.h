@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <numeric>
 
 #ifndef PERFORMER_HOST_DEVICE
 #if defined(__CUDACC__)
@@ -56,15 +57,6 @@ PERFORMER_HOST_DEVICE inline int64_t VectorLaneFeature(int64_t lane, int64_t per
   return period_index * plan.features_per_period + lane / columns;
 }
 
-inline int64_t GreatestCommonDivisor(int64_t a, int64_t b) {
-  while (b != 0) {
-    const int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 // T: among the multiples of C / gcd(C, 4) from 128 to 512 threads (or the
 // one multiple when that exceeds 512), the one that wastes the least: lanes
 // of the last, partial warp and vectors past the end of the state in the
@@ -73,7 +65,7 @@ inline VectorStepPlan MakeVectorStepPlan(int64_t rows, int64_t features, int64_t
                                          int sm_count) {
   VectorStepPlan plan;
   if (rows < 1 || features < 1 || columns < 1 || (features * columns) % 4 != 0) return plan;
-  const int64_t unit = columns / GreatestCommonDivisor(columns, 4);
+  const int64_t unit = columns / std::gcd(columns, int64_t{4});
   if (unit > kVectorStepMaxThreads) return plan;
   const int64_t elements = features * columns;
   double best = -1.0;
