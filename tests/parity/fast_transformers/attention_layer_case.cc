@@ -48,14 +48,12 @@ void RunAttentionLayerCase(const FixtureCase& c) {
   const int64_t batch = queries.size(0);
   const int64_t query_length = queries.size(1);
   const int64_t key_length = keys.size(1);
-  const Mask attn_mask = RecipeMatrixMask(c, "attn_mask", query_length, key_length)
-                             .value_or(Mask::Full(query_length, key_length, c.device));
-  const Mask query_lengths = RecipeLengthMaskOrFull(c, "query_lengths", batch, query_length);
-  const Mask key_lengths = RecipeLengthMaskOrFull(c, "key_lengths", batch, key_length);
+  const AttentionMasks masks = RecipeAttentionMasks(c, batch, query_length, key_length);
   torch::Tensor output;
   {
     torch::NoGradGuard no_grad;
-    output = layer->forward(queries, keys, values, attn_mask, query_lengths, key_lengths);
+    output =
+        layer->forward(queries, keys, values, masks.attn, masks.query_lengths, masks.key_lengths);
   }
   const torch::Tensor& expected = c.expect("output");
   ASSERT_EQ(output.sizes(), expected.sizes());

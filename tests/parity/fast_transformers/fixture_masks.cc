@@ -29,10 +29,23 @@ std::optional<Mask> RecipeLengthMask(const FixtureCase& c, const std::string& na
   return Mask::Lengths(c.input(name), max_len, c.device);
 }
 
+namespace {
+
+// The length mask from input `name`, or all `length` positions valid.
 Mask RecipeLengthMaskOrFull(const FixtureCase& c, const std::string& name, int64_t batch,
                             int64_t length) {
   if (std::optional<Mask> mask = RecipeLengthMask(c, name, length)) return *mask;
   return Mask::Lengths(torch::full({batch}, length, torch::kInt64), length, c.device);
+}
+
+}  // namespace
+
+AttentionMasks RecipeAttentionMasks(const FixtureCase& c, int64_t batch, int64_t query_length,
+                                    int64_t key_length) {
+  std::optional<Mask> attn = RecipeMatrixMask(c, "attn_mask", query_length, key_length);
+  return {attn ? *attn : Mask::Full(query_length, key_length, c.device),
+          RecipeLengthMaskOrFull(c, "query_lengths", batch, query_length),
+          RecipeLengthMaskOrFull(c, "key_lengths", batch, key_length)};
 }
 
 void PrepareLoadedModule(const FixtureCase& c, torch::nn::Module& module) {

@@ -24,9 +24,14 @@ std::optional<Mask> RecipeMatrixMask(const FixtureCase& c, const std::string& na
 std::optional<Mask> RecipeLengthMask(const FixtureCase& c, const std::string& name,
                                      int64_t max_len);
 
-// The length mask from input `name`, or all `length` positions valid.
-Mask RecipeLengthMaskOrFull(const FixtureCase& c, const std::string& name, int64_t batch,
-                            int64_t length);
+// The three masks of an attention call (AttentionLayer / inner attention):
+// the recipe's attn_mask (full when it names none) and the query_lengths /
+// key_lengths inputs (all positions when absent).
+struct AttentionMasks {
+  Mask attn, query_lengths, key_lengths;
+};
+AttentionMasks RecipeAttentionMasks(const FixtureCase& c, int64_t batch, int64_t query_length,
+                                    int64_t key_length);
 
 // Loads the case's params strictly (every key, same shapes), stops
 // feature-map resampling, switches to eval mode and moves the module to the
