@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 
 #include "kernels/cpu/aggregate_cpu.h"
+#include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/aggregate_launch.h"
+#endif
 
 namespace performer::kernels {
 namespace {
@@ -33,8 +37,7 @@ void CheckArguments(const char* op, const torch::Tensor& rows, const torch::Tens
   TORCH_CHECK(factors.scalar_type() == rows.scalar_type(), op,
               ": factors must have the dtype of the data");
   TORCH_CHECK(!factors.requires_grad(), op, ": factors are constants and cannot require grad");
-  TORCH_CHECK(rows.device().is_cpu() && groups.device().is_cpu() && factors.device().is_cpu(), op,
-              ": only the CPU implementation exists, got ", rows.device());
+  CheckKernelDevice(op, rows, {&groups, &factors}, /*cuda_kernel=*/true);
 }
 
 class AggregateFunction : public torch::autograd::Function<AggregateFunction> {
@@ -70,12 +73,25 @@ class BroadcastFunction : public torch::autograd::Function<BroadcastFunction> {
 torch::Tensor Aggregate(const torch::Tensor& x, const torch::Tensor& groups,
                         const torch::Tensor& factors) {
   CheckArguments("Aggregate", x, groups, factors, /*rows_are_clusters=*/false);
+#if PERFORMER_CUDA_KERNELS
+  if (x.is_cuda()) {
+    // Inference only on CUDA: the backward pass (Broadcast) has a CPU kernel.
+    CheckNoCudaGradients("Aggregate", {&x});
+    return cuda::AggregateCuda(x, groups, factors);
+  }
+#endif
   return AggregateFunction::apply(x, groups.contiguous(), factors.contiguous());
 }
 
 torch::Tensor Broadcast(const torch::Tensor& y, const torch::Tensor& groups,
                         const torch::Tensor& factors) {
   CheckArguments("Broadcast", y, groups, factors, /*rows_are_clusters=*/true);
+#if PERFORMER_CUDA_KERNELS
+  if (y.is_cuda()) {
+    CheckNoCudaGradients("Broadcast", {&y});
+    return cuda::BroadcastCuda(y, groups, factors);
+  }
+#endif
   return BroadcastFunction::apply(y, groups.contiguous(), factors.contiguous());
 }
 

@@ -14,7 +14,9 @@
 // Differentiable (autograd) with respect to X (Aggregate) and Y (Broadcast):
 // each backward is the other operation with the same groups and factors.
 // factors are constants: passing factors that require grad is an error.
-// X/Y and factors share a floating dtype (float32 or float64). CPU only.
+// X/Y and factors share a floating dtype (float32 or float64). CPU and CUDA
+// (kernels/cuda/aggregate_cuda.h; forward only: on CUDA an input that
+// requires a gradient is refused). All tensors on one device.
 #pragma once
 
 #include <torch/types.h>

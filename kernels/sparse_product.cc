@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 
 #include "kernels/cpu/sparse_product_cpu.h"
+#include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/sparse_product_launch.h"
+#endif
 
 namespace performer::kernels {
 namespace {
@@ -29,11 +33,11 @@ void CheckArguments(const char* op, const torch::Tensor& rows, const torch::Tens
   TORCH_CHECK(rows.scalar_type() == table.scalar_type(), op, ": inputs must share a dtype");
   TORCH_CHECK(rows.scalar_type() == torch::kFloat || rows.scalar_type() == torch::kDouble, op,
               ": expected float32 or float64, got ", rows.scalar_type());
-  TORCH_CHECK(rows.device().is_cpu() && table.device().is_cpu() && topk.device().is_cpu() &&
-                  groups.device().is_cpu(),
-              op, ": only the CPU implementation exists, got ", rows.device());
+  CheckKernelDevice(op, rows, {&table, &topk, &groups}, /*cuda_kernel=*/true);
+  // One host read whatever the device (a single synchronisation on CUDA): the
+  // kernels index keys and values with these entries unchecked.
   if (topk.numel() > 0) {
-    TORCH_CHECK(topk.min().item<int64_t>() >= 0 && topk.max().item<int64_t>() < table.size(2), op,
+    TORCH_CHECK(!topk.lt(0).logical_or(topk.ge(table.size(2))).any().item<bool>(), op,
                 ": topk indices must lie in [0, S = ", table.size(2), ")");
   }
 }
@@ -86,6 +90,13 @@ torch::Tensor ClusteredSparseDotProduct(const torch::Tensor& queries, const torc
   TORCH_CHECK(queries.size(3) == keys.size(3),
               "ClusteredSparseDotProduct: queries and keys must have the same size E, got ",
               queries.size(3), " and ", keys.size(3));
+#if PERFORMER_CUDA_KERNELS
+  if (queries.is_cuda()) {
+    // Inference only on CUDA: the backward pass has a CPU kernel alone.
+    CheckNoCudaGradients("ClusteredSparseDotProduct", {&queries, &keys});
+    return cuda::ClusteredSparseDotProductCuda(queries, keys, topk, groups);
+  }
+#endif
   return ClusteredSparseDotProductFunction::apply(queries, keys, topk.contiguous(),
                                                   groups.contiguous());
 }
@@ -96,6 +107,12 @@ torch::Tensor ClusteredSparseWeightedAverage(const torch::Tensor& weights,
   CheckArguments("ClusteredSparseWeightedAverage", weights, values, topk, groups);
   TORCH_CHECK(weights.size(3) == topk.size(3), "ClusteredSparseWeightedAverage: weights have ",
               weights.size(3), " columns but the top-k lists have ", topk.size(3));
+#if PERFORMER_CUDA_KERNELS
+  if (weights.is_cuda()) {
+    CheckNoCudaGradients("ClusteredSparseWeightedAverage", {&weights, &values});
+    return cuda::ClusteredSparseWeightedAverageCuda(weights, values, topk, groups);
+  }
+#endif
   return ClusteredSparseWeightedAverageFunction::apply(weights, values, topk.contiguous(),
                                                        groups.contiguous());
 }

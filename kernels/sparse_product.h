@@ -13,7 +13,9 @@
 // exactly 0 and receive no gradient. Queries need not be sorted by cluster.
 // topk entries must lie in [0, S) (checked). Differentiable (autograd) with
 // respect to Q and K, resp. W and V; the backward passes gather and
-// scatter-add through the same index lists. float32 or float64; CPU only.
+// scatter-add through the same index lists. float32 or float64. CPU and CUDA
+// (kernels/cuda/sparse_product_cuda.h; forward only: on CUDA an input that
+// requires a gradient is refused). All tensors on one device.
 #pragma once
 
 #include <torch/types.h>

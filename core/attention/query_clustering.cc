@@ -15,13 +15,17 @@ QueryClusters ClusterQueries(const torch::Tensor& queries, const torch::Tensor& 
   const int64_t length = queries.size(2);
   const int64_t dims = queries.size(3);
   torch::Tensor q = queries.detach();
-  torch::Tensor planes = torch::randn({options.bits, dims + 1}, q.options());
+  // Every draw comes from the CPU generator, whatever the device of the
+  // queries, so that one seed gives the same clusters on the CPU and on CUDA.
+  torch::Tensor planes =
+      torch::randn({options.bits, dims + 1}, torch::TensorOptions().dtype(q.scalar_type()));
   if (!options.hash_bias) planes.select(1, dims).zero_();
-  torch::Tensor hashes = kernels::ComputeHashes(q, planes);
+  torch::Tensor hashes = kernels::ComputeHashes(q, planes.to(q.device()));
   torch::Tensor positions = torch::randperm(length, torch::TensorOptions().dtype(torch::kInt64))
-                                .narrow(0, 0, options.clusters);
-  kernels::HashClusters result =
-      kernels::ClusterHashes(hashes, lengths, positions, options.iterations, options.bits);
+                                .narrow(0, 0, options.clusters)
+                                .to(q.device());
+  kernels::HashClusters result = kernels::ClusterHashes(hashes, lengths.to(q.device()), positions,
+                                                        options.iterations, options.bits);
   return {options.clusters, result.groups, result.counts, lengths};
 }
 

@@ -13,6 +13,9 @@
 //         reference draws these positions with numpy; here they come from
 //         torch::randperm on the default generator, so torch::manual_seed
 //         makes a forward pass reproducible. Padded queries get group C + 1.
+//         The planes and positions are drawn on the CPU whatever the device of
+//         the queries, and the clustering draws its seeds there too, so a seed
+//         gives the same groups on the CPU and on CUDA.
 //   ClusterCentroids: (3) the mean of each cluster's member queries
 //         (N,H,C,E), differentiable with respect to the queries.
 //   BroadcastToQueries: per-cluster rows (N,H,C,D) -> per-query rows

@@ -92,7 +92,11 @@ torch::Tensor ReformerAttentionImpl::Round(const torch::Tensor& q, const torch::
   const int64_t chunk = options_.chunk_size;
   const int64_t chunks = length / chunk;
 
-  torch::Tensor planes = torch::randn({options_.bits, dims}, q.options());
+  // Drawn from the CPU generator whatever the device, so that one seed gives
+  // the same buckets on the CPU and on CUDA.
+  torch::Tensor planes =
+      torch::randn({options_.bits, dims}, torch::TensorOptions().dtype(q.scalar_type()))
+          .to(q.device());
   torch::Tensor projected = torch::matmul(k.detach(), planes.t());             // (N,H,L,bits)
   torch::Tensor buckets = torch::cat({projected, -projected}, -1).argmax(-1);  // (N,H,L)
   torch::Tensor order =

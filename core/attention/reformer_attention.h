@@ -30,8 +30,9 @@
 //
 // Requirements (checked): values (N,S,H,D) with S == L and D == E;
 // key_lengths N x L; attn_mask L x L; query_lengths ignored. Output
-// (N,L,H,E). Hyperplanes come from torch's default generator. Differentiable
-// with respect to queries and values.
+// (N,L,H,E). Hyperplanes come from torch's default CPU generator whatever the
+// device (so a seed gives the same buckets on the CPU and on CUDA).
+// Differentiable with respect to queries and values.
 #pragma once
 
 #include <torch/nn/modules/dropout.h>
