@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/causal_linear_prefill_cuda.h"
+#include "kernels/cuda/causal_linear_prefill_plan.h"
 #include "kernels/cuda/float_conversion.cuh"
 
 namespace performer::kernels::cuda {
@@ -16,43 +17,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;  // wmma m = n = k
-
-__host__ __device__ constexpr int RoundUp16(int x) { return (x + 15) / 16 * 16; }
-__host__ __device__ constexpr size_t Align32(size_t bytes) { return (bytes + 31) / 32 * 32; }
-
-// Byte offsets of the shared-memory arrays of one block (C = kChunk,
-// mp = M rounded up to 16, et = the column tile).
-struct Layout {
-  int ldq = 0;  // leading dimension of Qc, Kc (elements)
-  size_t q = 0, k = 0, v = 0, p = 0, scratch = 0, state = 0, state_lp = 0, total = 0;
-};
-
-template <typename T, int kChunk>
-__host__ __device__ Layout MakeLayout(int mp, int et) {
-  constexpr bool kTensorCores = !std::is_same<T, float>::value;
-  Layout s;
-  // The float32 (SIMT) path reads Kc rows with a stride: one extra column
-  // keeps those reads off a single bank. wmma needs ld % 8 == 0 (16-bit) and
-  // 32-byte aligned tiles, which mp satisfies.
-  s.ldq = kTensorCores ? mp : mp + 1;
-  size_t off = 0;
-  s.q = off;
-  off += Align32(sizeof(T) * kChunk * s.ldq);
-  s.k = off;
-  off += Align32(sizeof(T) * kChunk * s.ldq);
-  s.v = off;
-  off += Align32(sizeof(T) * kChunk * et);
-  s.p = off;
-  off += Align32(sizeof(T) * kChunk * kChunk);
-  s.scratch = off;
-  if (kTensorCores) off += Align32(sizeof(float) * kChunk * (kChunk > et ? kChunk : et));
-  s.state = off;
-  off += Align32(sizeof(float) * static_cast<size_t>(mp) * et);
-  s.state_lp = off;
-  if (kTensorCores) off += Align32(sizeof(T) * static_cast<size_t>(mp) * et);
-  s.total = off;
-  return s;
-}
 
 // Pointers into one block's shared memory.
 template <typename T>
@@ -270,7 +234,8 @@ __global__ void __launch_bounds__(kThreads) CausalLinearPrefillKernel(PrefillPar
   constexpr bool kTensorCores = !std::is_same<T, float>::value;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   const int m = params.m, e = params.e, mp = params.mp, et = params.et;
-  const Layout layout = MakeLayout<T, kChunk>(mp, et);
+  const PrefillSharedLayout layout =
+      MakePrefillSharedLayout(static_cast<int>(sizeof(T)), kChunk, mp, et);
   Smem<T> s;
   s.q = reinterpret_cast<T*>(smem_bytes + layout.q);
   s.k = reinterpret_cast<T*>(smem_bytes + layout.k);
@@ -368,20 +333,12 @@ __global__ void SegmentPrefixKernel(const float* __restrict__ initial_state,
   final_state[i] = running;
 }
 
-// How a prefill is laid out on the device: the column tile, the segments
-// per sequence and the shared memory per block.
-struct Plan {
-  int et = 0;
-  int e_tiles = 0;
-  int segments = 1;
-  int64_t segment_chunks = 0;
-  size_t shared_bytes = 0;
-  const char* error = nullptr;
-};
-
+// The schedule of a prefill on the current device
+// (kernels/cuda/causal_linear_prefill_plan.h), with the device's SM count,
+// shared memory and occupancy.
 template <typename T, int kChunk>
-Plan MakePlan(int64_t batch_heads, int64_t length, int m, int e) {
-  Plan plan;
+PrefillSchedule MakePlan(int64_t batch_heads, int64_t length, int m, int e) {
+  PrefillSchedule failed;
   int device = 0, max_smem = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) {
@@ -390,57 +347,36 @@ Plan MakePlan(int64_t batch_heads, int64_t length, int m, int e) {
   if (err == cudaSuccess) {
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   }
+  // The occupancy query below sizes blocks up to this; launches set their own.
+  if (err == cudaSuccess) {
+    err = cudaFuncSetAttribute(CausalLinearPrefillKernel<T, kChunk>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+  }
   if (err != cudaSuccess) {
-    plan.error = cudaGetErrorString(err);
-    return plan;
+    failed.error = cudaGetErrorString(err);
+    return failed;
   }
-  const int mp = RoundUp16(m);
-  const int ep = RoundUp16(e);
-  // The widest column tile (all of E when it fits, at most 128) whose
-  // shared memory fits the device.
-  const int candidates[] = {ep < 128 ? ep : 128, 64, 32, 16};
-  for (int candidate : candidates) {
-    if (candidate > ep) continue;
-    if (MakeLayout<T, kChunk>(mp, candidate).total <= static_cast<size_t>(max_smem)) {
-      plan.et = candidate;
-      break;
+  const int mp = RoundUpTo16(m);
+  auto shared_bytes = [mp](int et) {
+    return MakePrefillSharedLayout(static_cast<int>(sizeof(T)), kChunk, mp, et).total;
+  };
+  auto resident_per_sm = [](int /*et*/, size_t bytes) {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, CausalLinearPrefillKernel<T, kChunk>,
+                                                      kThreads, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it, and assume one block
+      return 1;
     }
-  }
-  if (plan.et == 0) {
-    plan.error = "feature dimension M too large for the shared memory of one block";
-    return plan;
-  }
+    return blocks;
+  };
   const int64_t chunks = (length + kChunk - 1) / kChunk;
-  // Long sequences: split each into segments that run in parallel (two
-  // passes and a prefix scan) until the blocks fill every SM.
-  int64_t blocks = batch_heads * ((e + plan.et - 1) / plan.et);
-  const int64_t kMinSegmentChunks = 2;
-  if (blocks < sms && chunks >= 2 * kMinSegmentChunks) {
-    int64_t segments = (sms + blocks - 1) / blocks;
-    if (segments > chunks / kMinSegmentChunks) segments = chunks / kMinSegmentChunks;
-    plan.segment_chunks = (chunks + segments - 1) / segments;
-    plan.segments = static_cast<int>((chunks + plan.segment_chunks - 1) / plan.segment_chunks);
-  }
-  // Still few blocks (short sequences): narrower tiles, each of which
-  // recomputes Qc Kc^T.
-  while (plan.et > 32 && batch_heads * plan.segments * ((e + plan.et - 1) / plan.et) < sms) {
-    const int narrower = RoundUp16(plan.et / 2);
-    if (narrower >= plan.et) break;
-    plan.et = narrower;
-  }
-  if (plan.segments == 1) plan.segment_chunks = chunks;
-  plan.e_tiles = (e + plan.et - 1) / plan.et;
-  if (batch_heads * plan.segments * plan.e_tiles > INT_MAX) {
-    plan.error = "too many sequences for one grid";
-    return plan;
-  }
-  plan.shared_bytes = MakeLayout<T, kChunk>(mp, plan.et).total;
-  return plan;
+  return PlanPrefillSchedule(batch_heads, chunks, e, sms, static_cast<size_t>(max_smem),
+                             shared_bytes, resident_per_sm);
 }
 
 template <typename T, int kChunk>
 int64_t WorkspaceFloats(int64_t batch_heads, int64_t length, int m, int e) {
-  const Plan plan = MakePlan<T, kChunk>(batch_heads, length, m, e);
+  const PrefillSchedule plan = MakePlan<T, kChunk>(batch_heads, length, m, e);
   if (plan.error != nullptr || plan.segments == 1) return 0;
   return batch_heads * plan.segments * static_cast<int64_t>(m) * e;
 }
@@ -448,9 +384,9 @@ int64_t WorkspaceFloats(int64_t batch_heads, int64_t length, int m, int e) {
 template <typename T, int kChunk>
 const char* Launch(PrefillParams params, int64_t batch_heads, int64_t workspace_floats,
                    cudaStream_t stream) {
-  const Plan plan = MakePlan<T, kChunk>(batch_heads, params.length, params.m, params.e);
+  const PrefillSchedule plan = MakePlan<T, kChunk>(batch_heads, params.length, params.m, params.e);
   if (plan.error != nullptr) return plan.error;
-  params.mp = RoundUp16(params.m);
+  params.mp = RoundUpTo16(params.m);
   params.et = plan.et;
   params.e_tiles = plan.e_tiles;
   params.segments = plan.segments;

@@ -13,12 +13,13 @@
 // value columns); a block walks the chunks of its segment in order,
 // carrying the M x et float32 state slice in shared memory. A sequence is
 // one segment when the sequences' column tiles alone fill the SMs; else it
-// is split into segments of at least 2 chunks, until they do, in two
+// is split into segments of at least 2 chunks, as many as fit in one wave
+// of resident blocks (kernels/cuda/causal_linear_prefill_plan.h), in two
 // passes: (a) each segment's sum of k (x) v from zero, into the workspace;
 // a prefix scan over segments turns those into each segment's starting
 // state (and gives the final state); (b) each segment's outputs from its
-// starting state. Short sequences narrow et, down to 32, instead. Per chunk
-// of C tokens:
+// starting state. Short sequences also narrow et, down to 32, while that
+// adds blocks within the wave. Per chunk of C tokens:
 //   1. stage Qc, Kc (C x M) and Vc (C x et) in shared memory, zero padded to
 //      multiples of 16 (rows past L, features past M, columns past E);
 //      16-byte loads for 16-bit inputs with M a multiple of 16;
