@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "kernels/cuda/aggregate_cuda.h"
+#include "kernels/cuda/launch_status.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -59,11 +60,6 @@ __global__ void __launch_bounds__(kBroadcastThreads)
     x[i] = (g < 0 || g >= clusters) ? T(0)
                                     : factors[b * clusters + g] * y[(b * clusters + g) * dims + e];
   }
-}
-
-const char* LaunchError() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 }  // namespace

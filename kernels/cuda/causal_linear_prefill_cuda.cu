@@ -10,6 +10,7 @@
 #include "kernels/cuda/causal_linear_prefill_cuda.h"
 #include "kernels/cuda/causal_linear_prefill_plan.h"
 #include "kernels/cuda/float_conversion.cuh"
+#include "kernels/cuda/launch_status.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -404,8 +405,7 @@ const char* Launch(PrefillParams params, int64_t batch_heads, int64_t workspace_
   if (plan.segments == 1) {
     params.pass = Pass::kWhole;
     CausalLinearPrefillKernel<T, kChunk><<<blocks, kThreads, plan.shared_bytes, stream>>>(params);
-    err = cudaGetLastError();
-    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+    return LaunchError();
   }
   params.pass = Pass::kSegments;
   CausalLinearPrefillKernel<T, kChunk><<<blocks, kThreads, plan.shared_bytes, stream>>>(params);
@@ -415,8 +415,7 @@ const char* Launch(PrefillParams params, int64_t batch_heads, int64_t workspace_
       state_size);
   params.pass = Pass::kOutputs;
   CausalLinearPrefillKernel<T, kChunk><<<blocks, kThreads, plan.shared_bytes, stream>>>(params);
-  err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchError();
 }
 
 }  // namespace

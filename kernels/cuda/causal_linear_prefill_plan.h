@@ -21,13 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifndef PERFORMER_HOST_DEVICE
-#if defined(__CUDACC__)
-#define PERFORMER_HOST_DEVICE __host__ __device__
-#else
-#define PERFORMER_HOST_DEVICE
-#endif
-#endif
+#include "kernels/cuda/host_device.h"
 
 namespace performer::kernels::cuda {
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "kernels/cuda/clustering_cuda.h"
+#include "kernels/cuda/launch_status.cuh"
 #include "kernels/cuda/mt19937_64.h"
 
 namespace performer::kernels::cuda {
@@ -155,8 +156,7 @@ const char* ClusterHashesForward(const int64_t* hashes, const int64_t* lengths,
                         static_cast<cudaStream_t>(stream)>>>(
       hashes, lengths, centroid_positions, seeds, groups, counts, heads, length,
       static_cast<int>(clusters), iterations, static_cast<int>(bits));
-  err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchError();
 }
 
 }  // namespace performer::kernels::cuda

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/favor_features_cuda.h"
 #include "kernels/cuda/float_conversion.cuh"
+#include "kernels/cuda/launch_status.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -104,16 +105,14 @@ const char* Run(const FavorFeaturesArgs& a, cudaStream_t stream) {
       static_cast<const T*>(a.data), static_cast<const T*>(a.projection), a.u,
       softmax ? a.diag : nullptr, rows, static_cast<int>(a.dims), static_cast<int>(a.features),
       normalizer);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (const char* error = LaunchError()) return error;
   int64_t rows_per_span = 1;
   if (softmax) {
     rows_per_span = a.map == FavorMapKind::kSoftmaxKey ? a.length : 1;
     const int64_t spans = rows / rows_per_span;
     SpanMaxKernel<<<static_cast<unsigned>(spans), kReduceThreads, 0, stream>>>(
         a.u, a.stabiliser, rows_per_span * a.features);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return cudaGetErrorString(err);
+    if (const char* error = LaunchError()) return error;
   }
   const int64_t total = rows * a.features;
   int64_t blocks = (total + kElementwiseThreads - 1) / kElementwiseThreads;
@@ -121,8 +120,7 @@ const char* Run(const FavorFeaturesArgs& a, cudaStream_t stream) {
   FeatureOutKernel<T><<<static_cast<unsigned>(blocks), kElementwiseThreads, 0, stream>>>(
       a.u, a.diag, a.stabiliser, static_cast<T*>(a.out), total, a.features, rows_per_span, a.map,
       ratio, a.eps);
-  err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchError();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "kernels/cuda/hashing_cuda.h"
+#include "kernels/cuda/launch_status.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -67,8 +68,7 @@ const char* ComputeHashesForward(const T* x, const T* planes, int64_t* codes, in
   ComputeHashesKernel<T><<<static_cast<unsigned>(blocks), kThreads, stage ? plane_bytes : 0,
                            static_cast<cudaStream_t>(stream)>>>(
       x, planes, codes, rows, static_cast<int>(dims), static_cast<int>(bits), stage);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchError();
 }
 
 template const char* ComputeHashesForward<float>(const float*, const float*, int64_t*, int64_t,

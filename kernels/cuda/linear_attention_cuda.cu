@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/launch_status.cuh"
 #include "kernels/cuda/linear_attention_cuda.h"
 
 namespace performer::kernels::cuda {
@@ -115,14 +116,12 @@ const char* LinearAttentionForwardCuda(const float* phi_q, const float* phi_k, c
                         static_cast<unsigned>(column_tiles)),
                    block, 0, s>>>(phi_k, values, kv, key_length, static_cast<int>(features),
                                   static_cast<int>(value_dims), feature_tiles);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (const char* error = LaunchError()) return error;
   ReadoutKernel<<<dim3(static_cast<unsigned>(batch_heads * row_tiles),
                        static_cast<unsigned>(value_tiles)),
                   block, 0, s>>>(phi_q, kv, out, query_length, static_cast<int>(features),
                                  static_cast<int>(value_dims), row_tiles, eps);
-  err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchError();
 }
 
 }  // namespace performer::kernels::cuda

@@ -1,7 +1,9 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
+#include "kernels/cuda/launch_status.cuh"
 #include "kernels/cuda/linear_state_step_cuda.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -20,11 +22,6 @@ __device__ float WarpMax(float x) {
   for (int offset = 16; offset > 0; offset >>= 1) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   }
-  return x;
-}
-
-__device__ float WarpSum(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 
@@ -345,11 +342,6 @@ const char* CheckArgs(const LinearStateStepArgs& args) {
   }
   if (args.rows > 0x7fffffff) return "too many rows for one grid";
   return nullptr;
-}
-
-const char* LaunchError() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 int64_t VectorSharedFloats(const LinearStateStepArgs& args, const VectorStepPlan& plan) {

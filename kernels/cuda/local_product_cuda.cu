@@ -2,7 +2,9 @@
 
 #include <climits>
 
+#include "kernels/cuda/launch_status.cuh"
 #include "kernels/cuda/local_product_cuda.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -11,14 +13,6 @@ constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = kThreads / 32;
 // The value of every slot that holds no valid key (as the CPU kernel).
 constexpr double kMaskedScore = -1e24;
-
-template <typename T>
-__device__ __forceinline__ T WarpSum(T value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -74,11 +68,6 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (d < dims) o[d] = acc;
   }
-}
-
-const char* LaunchError() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 bool GridFits(int64_t rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock <= INT_MAX; }

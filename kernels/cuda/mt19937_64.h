@@ -10,11 +10,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PERFORMER_HOST_DEVICE __host__ __device__
-#else
-#define PERFORMER_HOST_DEVICE
-#endif
+#include "kernels/cuda/host_device.h"
 
 namespace performer::kernels::cuda {
 

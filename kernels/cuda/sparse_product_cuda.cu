@@ -2,21 +2,15 @@
 
 #include <climits>
 
+#include "kernels/cuda/launch_status.cuh"
 #include "kernels/cuda/sparse_product_cuda.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = kThreads / 32;
-
-template <typename T>
-__device__ __forceinline__ T WarpSum(T value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
 
 // The top-k list of row `row`'s cluster, or nullptr when its group id is
 // outside [0, C) (a padded query).
@@ -76,11 +70,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j = 0; j < top; ++j) acc += w[j] * values_b[list[j] * dims + d];
     o[d] = acc;
   }
-}
-
-const char* LaunchError() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 // Blocks for `rows` warps, or 0 when they do not fit in one grid.
