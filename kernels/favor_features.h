@@ -1,5 +1,6 @@
 // The performer-pytorch feature maps fused with their random projection
-// (reference §5.4, §5.5), for data (..., L, D) and a projection P (M, D):
+// (docs/reference/performer-pytorch.md §5.4, §5.5), for data (..., L, D) and a
+// projection P (M, D):
 //
 //   c = D^-1/4, u = (c x) P^T                          (..., L, M)
 //

@@ -6,7 +6,7 @@ Usage:
                         [--config JSON_FILE] [--dtype float32|float16|bfloat16]
                         [--drop-aliases] [--force]
 
-The output folder has the layout of the golden fixtures (shared/fixtures/performer/README.md):
+The output folder has the layout of a golden performer fixture's model files:
 
   OUT_DIR/config.json          {"model_class": ..., <every constructor keyword, defaults filled in>}
   OUT_DIR/weights.safetensors  the state_dict (keys unchanged, state_dict order), floating tensors
@@ -173,7 +173,7 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Constructor keywords (reference §1), in signature order
+# Constructor keywords (docs/reference/performer-pytorch.md §1), in signature order
 # ---------------------------------------------------------------------------------------------
 
 _REQ = object()  # marks a required keyword
@@ -236,7 +236,7 @@ ENCDEC_SHARED = ("dim", "no_projection")
 # Decoder keywords PerformerEncDec forces.
 ENCDEC_DEC_FORCED = collections.OrderedDict([("causal", True), ("cross_attend", True)])
 
-# Why a bare state_dict is not enough (reference §2.4).
+# Why a bare state_dict is not enough (docs/reference/performer-pytorch.md §2.4).
 _UNKNOWABLE = ("heads vs dim_head (only their product is visible), causal, local_window_size and the "
                "number of local heads per layer, generalized_attention/kernel_fn/no_projection, "
                "ff_glu vs ff_mult, max_seq_len")

@@ -1,8 +1,9 @@
-// The parameter specs of the batch attention registry (reference section
-// 2.4). A registry keeps one spec per parameter name and refuses a second
-// registration with a different spec, so every attention type registers its
-// parameters through these functions; Optional specs compare by inner spec
-// and default, so fresh objects built here compare equal.
+// The parameter specs of the batch attention registry
+// (docs/reference/fast-transformers.md §2.4). A registry keeps one spec per
+// parameter name and refuses a second registration with a different spec, so
+// every attention type registers its parameters through these functions;
+// Optional specs compare by inner spec and default, so fresh objects built here
+// compare equal.
 //
 //   parameter              spec (registry default)
 //   softmax_temp           Optional(Float)            None = 1/sqrt(E) at runtime

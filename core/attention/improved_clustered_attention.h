@@ -15,12 +15,13 @@
 //   5. output = top + bottom; queries past query_lengths[n] receive exactly 0.
 // With topk >= S this is exact softmax attention for every query.
 //
-// Deliberate deviation (reference defect P-IC3): the reference re-masks the
-// exact top-k scores with -inf where the top-k list of (head 0, cluster 0)
-// holds a padded key, for every head and cluster, so other heads can attend
-// padded keys. Here a top-k slot is masked iff its own key index is a padded
-// key of that sample (key_lengths), so the result equals full attention
-// whenever topk >= S, with or without key lengths.
+// Deliberate deviation (reference defect P-IC3,
+// docs/reference/fast-transformers.md §11): the reference re-masks the exact
+// top-k scores with -inf where the top-k list of (head 0, cluster 0) holds a
+// padded key, for every head and cluster, so other heads can attend padded
+// keys. Here a top-k slot is masked iff its own key index is a padded key of
+// that sample (key_lengths), so the result equals full attention whenever
+// topk >= S, with or without key lengths.
 //
 // Parameters (constructor defaults; the registry's are in brackets):
 //   clusters           number of query clusters C (required; 1 <= C <= L)

@@ -1,15 +1,16 @@
 // SequenceDecoder for PerformerLM (causal) and PerformerEncDec, using the
-// recurrent form of linear attention (reference §9.1): each sequence's state
-// lives in one row of a preallocated pool (one tensor per state kind and
-// layer, first dimension = slot). Active slots are kept compact (a release
-// moves the last active row into the hole), so a step over the active
-// sequences runs on views of a contiguous range of rows: a few large tensor
-// operations, no gather. Any other subset is gathered and scattered back.
+// recurrent form of linear attention (docs/reference/performer-pytorch.md
+// §9.1): each sequence's state lives in one row of a preallocated pool (one
+// tensor per state kind and layer, first dimension = slot). Active slots are
+// kept compact (a release moves the last active row into the hole), so a step
+// over the active sequences runs on views of a contiguous range of rows: a few
+// large tensor operations, no gather. Any other subset is gathered and
+// scattered back.
 //
 // Softmax-kernel layers keep a running key maximum and rescale their sums
 // exactly when it grows; the cached lower-layer outputs of earlier positions
-// are not recomputed, so logits may differ from the reference's full
-// re-forward by up to ~4e-4 (reference §9.1).
+// are not recomputed, so logits may differ from the reference's full re-forward
+// by up to ~4e-4 (§9.1 of the same document).
 //
 // The decoder runs where the model's weights are (move the model with
 // ->to(device) before Create): the pool is allocated there and logits come

@@ -1,12 +1,13 @@
-// performer-pytorch's feature maps (reference §5.4, §5.5). Unlike the
-// fast-transformers maps they are stateless functions of the data and a
-// projection matrix P [m, d] that always comes from the checkpoint.
+// performer-pytorch's feature maps (docs/reference/performer-pytorch.md §5.4,
+// §5.5). Unlike the fast-transformers maps they are stateless functions of the
+// data and a projection matrix P [m, d] that always comes from the checkpoint.
 //
 // Softmax kernel (FAVOR+), for x [..., n, d]:
 //   c = d^-1/4, r = m^-1/2, u = (c x) P^T, diag = |x|^2 / 2 * c^2
 //   query: phi = r (exp(u - diag - max_f u) + 1e-4)          (max per position)
 //   key:   phi = r (exp(u - diag - max_{n,f} u) + 1e-4)      (max over the whole
-//          sequence of each leading index: the "key stabiliser", §9.1)
+//          sequence of each leading index: the "key stabiliser",
+//          docs/reference/performer-pytorch.md §9.1)
 // Generalized kernel: phi = kernel_fn((c x) P^T) + 1e-3.
 // Both maxima are detached (constants for autograd), as in the reference.
 //

@@ -95,7 +95,8 @@ torch::Tensor BranchImpl::forward(const torch::Tensor& x, const BranchInputs& in
     if (shift_capture != nullptr) {
       shift_capture->copy_(h.select(1, h.size(1) - 1).narrow(-1, shift_piece(), shift_piece()));
     }
-    // Only the attention branch receives the mask (reference §4.5).
+    // Only the attention branch receives the mask
+    // (docs/reference/performer-pytorch.md §4.5).
     h = Shift(h, is_attention() ? in.mask : torch::Tensor());
   }
   torch::Tensor out = Inner(h, in, capture);

@@ -1,7 +1,8 @@
-// One residual branch of the Performer stack (reference §2.1, §4.4, §4.5):
-// a wrapper (PreLayerNorm, PreScaleNorm or ReZero) around an optional token
-// shift around the inner module (self attention, cross attention or the
-// feed-forward). The module tree reproduces the reference's state-dict names:
+// One residual branch of the Performer stack
+// (docs/reference/performer-pytorch.md §2.1, §4.4, §4.5): a wrapper
+// (PreLayerNorm, PreScaleNorm or ReZero) around an optional token shift around
+// the inner module (self attention, cross attention or the feed-forward). The
+// module tree reproduces the reference's state-dict names:
 //   <branch>.norm.* | <branch>.g,  inner under <branch>.fn[.fn][.fn]
 #pragma once
 

@@ -1,7 +1,8 @@
 // Constant-size incremental-decoding state of a Performer layer stack
-// (reference §9.1), for a set of sequences: every tensor's first dimension is
-// the sequence row. A pool allocates these once with `capacity` rows; a
-// batched step works on a contiguous range of rows (views, no copies).
+// (docs/reference/performer-pytorch.md §9.1), for a set of sequences: every
+// tensor's first dimension is the sequence row. A pool allocates these once
+// with `capacity` rows; a batched step works on a contiguous range of rows
+// (views, no copies).
 //
 // Softmax-kernel global heads keep their sums in the frame of a running key
 // maximum M (per row and head): with a_j = u_j - diag_j,

@@ -1,8 +1,8 @@
-// performer-pytorch's FastAttention (reference §1.4, §5.4-5.6): FAVOR+ (or
-// generalized-kernel, or no-projection) linear attention over q, k, v
-// [b, h, n, d], with the projection matrix P [m, d] as a buffer
+// performer-pytorch's FastAttention (docs/reference/performer-pytorch.md §1.4,
+// §5.4-5.6): FAVOR+ (or generalized-kernel, or no-projection) linear attention
+// over q, k, v [b, h, n, d], with the projection matrix P [m, d] as a buffer
 // ("projection_matrix"): loaded from the weights, and redrawn only when
-// RedrawProjectionMatrix() is called (training, reference §7).
+// RedrawProjectionMatrix() is called (training, §7 of the same document).
 //
 //   non-causal: out_i = q'_i (sum_j k'_j v_j^T) / (q'_i . sum_j k'_j)
 //   causal:     out_i = sum_{j<=i} (q'_i . k'_j) v_j / (q'_i . (sum_{j<=i} k'_j + 1e-6))

@@ -1,8 +1,8 @@
-// performer-pytorch's FeedForward (reference §4.6): w2(dropout(GELU(w1 x))),
-// or with GLU w2(dropout(GELU(a) * b)) where [a, b] = w1 x split in halves.
-// GELU is the exact erf form; dropout (ff_dropout) acts in training mode
-// only; ff_chunks only splits the sequence and has no numeric effect, so it
-// is not modelled.
+// performer-pytorch's FeedForward (docs/reference/performer-pytorch.md §4.6):
+// w2(dropout(GELU(w1 x))), or with GLU w2(dropout(GELU(a) * b)) where
+// [a, b] = w1 x split in halves. GELU is the exact erf form; dropout (ff_dropout) acts
+// in training mode only; ff_chunks only splits the sequence and has no numeric
+// effect, so it is not modelled.
 #pragma once
 
 #include <torch/nn/module.h>

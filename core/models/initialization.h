@@ -1,10 +1,11 @@
-// The reference's initial values of what a PerformerLM computes at
-// construction rather than learns (reference §3, §7): the sinusoidal tables
-// and the Gaussian orthogonal projection matrices, plus the axial positional
-// weights (axial-positional-embedding draws them from N(0, 1)). Our modules
-// are built with zeros there because a loaded model takes them from its
-// weights; a model trained from scratch takes them from here. Everything is
-// drawn from the default generator (torch::manual_seed), so a seed fixes it.
+// The reference's initial values of what a PerformerLM computes at construction
+// rather than learns (docs/reference/performer-pytorch.md §3, §7): the
+// sinusoidal tables and the Gaussian orthogonal projection matrices, plus the
+// axial positional weights (axial-positional-embedding draws them from
+// N(0, 1)). Our modules are built with zeros there because a loaded model takes
+// them from its weights; a model trained from scratch takes them from here.
+// Everything is drawn from the default generator (torch::manual_seed), so a
+// seed fixes it.
 #pragma once
 
 #include <torch/types.h>
@@ -17,8 +18,8 @@ class Module;
 
 namespace performer::models {
 
-// [positions, dim]: all sines, then all cosines, f_i = 1 / 10000^(2i/dim),
-// in float32 (reference §3 step 2).
+// [positions, dim]: all sines, then all cosines, f_i = 1 / 10000^(2i/dim), in
+// float32 (docs/reference/performer-pytorch.md §3 step 2).
 torch::Tensor SinusoidalTable(int64_t positions, int64_t dim);
 
 // The reference's gaussian_orthogonal_random_matrix [rows, columns]:

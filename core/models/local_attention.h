@@ -1,10 +1,10 @@
-// Local attention heads as performer-pytorch builds them with
-// local-attention 1.11.x (reference §6): windows of w positions aligned at 0,
-// look back one window (and forward one when non-causal), autopad, q scaled
-// by d^-1/2, half-split rotary over window-relative slots (queries take the
-// last w slots, so non-causal offsets are shifted by one window: a 1.11.x
-// property reproduced on purpose), missing neighbour windows filled with -1
-// and masked, masked scores set to -FLT_MAX before the softmax.
+// Local attention heads as performer-pytorch builds them with local-attention
+// 1.11.x (docs/reference/performer-pytorch.md §6): windows of w positions
+// aligned at 0, look back one window (and forward one when non-causal),
+// autopad, q scaled by d^-1/2, half-split rotary over window-relative slots
+// (queries take the last w slots, so non-causal offsets are shifted by one
+// window: a 1.11.x property reproduced on purpose), missing neighbour windows
+// filled with -1 and masked, masked scores set to -FLT_MAX before the softmax.
 //
 // The rotary frequencies are the loaded buffer "rel_pos.inv_freq". Dropout
 // on the attention weights acts in training mode only.

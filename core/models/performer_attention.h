@@ -1,12 +1,13 @@
-// performer-pytorch's Attention (SelfAttention / CrossAttention, reference
-// §1.3, §5): to_q/to_k/to_v projections, the first heads - local_heads heads
-// through FastAttention (rotary on q and k for self attention when a table
-// row is given), the last local_heads heads through LocalAttention, to_out.
+// performer-pytorch's Attention (SelfAttention / CrossAttention,
+// docs/reference/performer-pytorch.md §1.3, §5): to_q/to_k/to_v projections,
+// the first heads - local_heads heads through FastAttention (rotary on q and k
+// for self attention when a table row is given), the last local_heads heads
+// through LocalAttention, to_out.
 //
-// Masks: for global heads only v is zeroed where the key mask is false
-// (keys still enter the normaliser and the stabiliser: padding is not
-// neutral, §9.2); local heads mask keys. Cross attention uses context_mask
-// only and has neither rotary nor local heads.
+// Masks: for global heads only v is zeroed where the key mask is false (keys
+// still enter the normaliser and the stabiliser: padding is not neutral, §9.2
+// of the same document); local heads mask keys. Cross attention uses
+// context_mask only and has neither rotary nor local heads.
 //
 // Dropout (attn_dropout) acts in training mode only, where the reference
 // has it: on the output of to_out and on the local heads' attention weights.

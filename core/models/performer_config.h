@@ -1,6 +1,6 @@
 // Constructor keywords of performer-pytorch's models, as stored in a model
-// folder's config.json (see ../shared/reference/performer-pytorch.md §1):
-// every keyword with the value used, plus "model_class".
+// folder's config.json (see docs/reference/performer-pytorch.md §1): every
+// keyword with the value used, plus "model_class".
 //
 // Parsing is strict: an unknown keyword, a missing required one or a value of
 // the wrong type is an InvalidArgument error that names every offending key,

@@ -1,7 +1,7 @@
-// performer-pytorch's PerformerEncDec (reference §1.5, §8): an encoder
-// PerformerLM (its encodings = final LayerNorm output; its to_out is unused)
-// and a causal decoder PerformerLM with cross attention, under "enc." and
-// "dec.net." (the AutoregressiveWrapper's attribute).
+// performer-pytorch's PerformerEncDec (docs/reference/performer-pytorch.md
+// §1.5, §8): an encoder PerformerLM (its encodings = final LayerNorm output;
+// its to_out is unused) and a causal decoder PerformerLM with cross attention,
+// under "enc." and "dec.net." (the AutoregressiveWrapper's attribute).
 #pragma once
 
 #include <torch/nn/module.h>

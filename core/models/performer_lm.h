@@ -1,11 +1,11 @@
-// performer-pytorch's PerformerLM (reference §1.1, §3): token embedding +
-// absolute positional embedding, the Performer stack (rotary rows of
-// layer_pos_emb for global heads when rotary_position_emb), final LayerNorm,
-// and to_out (or the tied token embedding). emb_dropout, ff_dropout and
-// attn_dropout act in training mode only (torch::nn::Module::train()); the
-// projection matrices are buffers, redrawn only on request (see
-// core/models/initialization.h; the trainer does it as the reference's
-// ProjectionUpdater does).
+// performer-pytorch's PerformerLM (docs/reference/performer-pytorch.md §1.1,
+// §3): token embedding + absolute positional embedding, the Performer stack
+// (rotary rows of layer_pos_emb for global heads when rotary_position_emb),
+// final LayerNorm, and to_out (or the tied token embedding). emb_dropout,
+// ff_dropout and attn_dropout act in training mode only
+// (torch::nn::Module::train()); the projection matrices are buffers, redrawn
+// only on request (see core/models/initialization.h; the trainer does it as the
+// reference's ProjectionUpdater does).
 //
 // Besides the full forward it has the incremental form used for decoding:
 // Prefill (a full forward that also leaves each row's constant-size state

@@ -6,7 +6,8 @@ namespace performer::models {
 namespace {
 
 BranchNorm NormOf(const PerformerLMConfig& c) {
-  // ScaleNorm wins over ReZero when both are set (reference §1.1).
+  // ScaleNorm wins over ReZero when both are set
+  // (docs/reference/performer-pytorch.md §1.1).
   if (c.use_scalenorm) return BranchNorm::kScaleNorm;
   if (c.use_rezero) return BranchNorm::kReZero;
   return BranchNorm::kLayerNorm;

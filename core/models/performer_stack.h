@@ -1,9 +1,10 @@
-// performer-pytorch's Performer, the layer stack (reference §1.2, §4): depth
-// (attention, feed-forward) pairs, with an extra (cross attention,
-// feed-forward) pair after each when cross_attend. Sequential: x += f(x);
-// x += g(x). Reversible (inference form): x1 = x2 = x; y1 = x1 + f(x2);
-// y2 = x2 + g(y1); output x1 + x2. State-dict names: net.layers.<i>.{0,1}.*
-// or net.blocks.<i>.{f,g}.net.*.
+// performer-pytorch's Performer, the layer stack
+// (docs/reference/performer-pytorch.md §1.2, §4): depth (attention,
+// feed-forward) pairs, with an extra (cross attention, feed-forward) pair after
+// each when cross_attend. Sequential: x += f(x); x += g(x). Reversible
+// (inference form): x1 = x2 = x; y1 = x1 + f(x2); y2 = x2 + g(y1); output
+// x1 + x2. State-dict names: net.layers.<i>.{0,1}.* or
+// net.blocks.<i>.{f,g}.net.*.
 #pragma once
 
 #include <torch/nn/module.h>

@@ -1,5 +1,5 @@
 // The absolute positional embedding PerformerLM adds to token embeddings
-// (reference §3 step 2), one of:
+// (docs/reference/performer-pytorch.md §3 step 2), one of:
 //   fixed (rotary on):   buffer "emb" [max_seq_len, dim], the stored sinusoidal table
 //   axial:               "weights.0" [1, s0, 1, dim] + "weights.1" [1, 1, s1, dim]
 //                        (0.2.x spelling "weights_0"/"weights_1" is renamed by the loader)

@@ -1,4 +1,5 @@
-// The two rotary position layouts of performer-pytorch (reference §5.3, §6.2).
+// The two rotary position layouts of performer-pytorch
+// (docs/reference/performer-pytorch.md §5.3, §6.2).
 //
 // Global heads: interleaved pairs (2i, 2i+1) rotated by the angles of a
 // stored sinusoidal table row [sin(p f_0..), cos(p f_0..)] (all sines, then all

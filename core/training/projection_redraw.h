@@ -1,12 +1,13 @@
-// performer-pytorch's ProjectionUpdater for training (reference §7): before
-// every training-mode forward of a Performer, if feature_redraw_interval is
-// set and calls_since_last_redraw >= feature_redraw_interval, every
-// projection matrix of the model is redrawn and the counter reset to 0;
-// otherwise the counter is incremented. So with interval k the matrices are
-// redrawn before forwards k + 1, 2k + 2, ... (every k + 1 training forwards).
-// Evaluation forwards do not count. Without an interval (the reference's
-// fix_projection_matrices_(), or auto_check_redraw = False) nothing is ever
-// redrawn. The draws come from the default generator.
+// performer-pytorch's ProjectionUpdater for training
+// (docs/reference/performer-pytorch.md §7): before every training-mode forward
+// of a Performer, if feature_redraw_interval is set and
+// calls_since_last_redraw >= feature_redraw_interval, every projection matrix
+// of the model is redrawn and the counter reset to 0; otherwise the counter is
+// incremented. So with interval k the matrices are redrawn before forwards
+// k + 1, 2k + 2, ... (every k + 1 training forwards). Evaluation forwards do
+// not count. Without an interval (the reference's fix_projection_matrices_(),
+// or auto_check_redraw = False) nothing is ever redrawn. The draws come from
+// the default generator.
 //
 // The model itself never redraws: a served model keeps the matrices of its
 // weights.

@@ -1,5 +1,6 @@
-// Property checks P-C1..P-C5 of ClusteredAttention (reference section 11),
-// plus registration, introspection and differentiability.
+// Property checks P-C1..P-C5 of ClusteredAttention
+// (docs/reference/fast-transformers.md §11), plus registration, introspection
+// and differentiability.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,6 +1,6 @@
 // Property checks P-IC1, P-IC2, P-IC3 (as fixed) and P-IC4 of
-// ImprovedClusteredAttention (reference section 11), plus registration,
-// introspection and differentiability.
+// ImprovedClusteredAttention (docs/reference/fast-transformers.md §11), plus
+// registration, introspection and differentiability.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,5 +1,6 @@
 // Property checks P-CIC1..P-CIC3 of ImprovedClusteredCausalAttention
-// (reference section 11), plus registration and differentiability.
+// (docs/reference/fast-transformers.md §11), plus registration and
+// differentiability.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

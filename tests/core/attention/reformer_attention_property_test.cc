@@ -1,5 +1,6 @@
-// Property checks P-R1..P-R6 of ReformerAttention (reference section 11 and
-// checklist 12 item 14), plus registration and differentiability.
+// Property checks P-R1..P-R6 of ReformerAttention
+// (docs/reference/fast-transformers.md §11 and §12 item 14), plus registration
+// and differentiability.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

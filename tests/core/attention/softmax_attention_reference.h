@@ -1,5 +1,6 @@
-// Plain LibTorch full softmax attention, the reference of the property tests
-// of the randomized attentions (reference section 11). Header-only.
+// Plain LibTorch full softmax attention, the reference of the property tests of
+// the randomized attentions (docs/reference/fast-transformers.md §11).
+// Header-only.
 #pragma once
 
 #include <torch/torch.h>

@@ -39,10 +39,10 @@ struct Variant {
 
 class RecurrentVsFullForward : public ::testing::TestWithParam<Variant> {};
 
-// Steps 30 tokens and compares each step's logits with a full forward over
-// the whole sequence so far. Generalized-kernel models are exactly
-// incremental; softmax-kernel ones keep cached lower-layer outputs when the
-// key stabiliser grows (reference §9.1).
+// Steps 30 tokens and compares each step's logits with a full forward over the
+// whole sequence so far. Generalized-kernel models are exactly incremental;
+// softmax-kernel ones keep cached lower-layer outputs when the key stabiliser
+// grows (docs/reference/performer-pytorch.md §9.1).
 TEST_P(RecurrentVsFullForward, StepLogitsMatch) {
   PerformerLMConfig config = TinyLMConfig();
   GetParam().apply(config);
