@@ -1,4 +1,4 @@
-// Recurrent decoding of a PerformerLM, the numbers of issue 3, on the bench
+// Recurrent decoding of a PerformerLM (docs/benchmarks.md), on the bench
 // model: vocab 256, dim 512, depth 6, heads 8, dim_head 64, nb_features 256,
 // causal (random weights; speed does not depend on them).
 //

@@ -13,7 +13,7 @@
 //       alike): the same requests submitted straight to the model's Engine
 //       (ModelRepository::Load of the same folder, RequestStream sinks, no
 //       gRPC), tokens/s and TTFT the same way.
-//   Then the ratios of the serving issue: server tokens/s at 32 streams / at
+//   Then the serving targets' ratios: server tokens/s at 32 streams / at
 //   1 stream (goal >= 6x) and server tokens/s / engine tokens/s at the same C
 //   (goal >= 90%), as a markdown report with the machine facts.
 //

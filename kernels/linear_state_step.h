@@ -72,9 +72,9 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
 //   kVectorSplit: 16-byte vectors with the read-out summed per column in
 //     registers, and each row split over several blocks when the batch is
 //     too small to fill the device (kernels/cuda/linear_state_step_plan.h).
-//     Shapes it does not take (M (E + 1) % 4 != 0) run kRowBlocks. Written
-//     in a session without a GPU: its tests and benchmark have not run yet,
-//     which is why it is not the default.
+//     Shapes it does not take (M (E + 1) % 4 != 0) run kRowBlocks. Not the
+//     default: its CUDA tests and benchmark have not run on a GPU, and it
+//     must pass them and measure faster than kRowBlocks first (docs/gpu.md).
 enum class CudaStepKernel { kRowBlocks, kVectorSplit };
 void SetCudaStepKernel(CudaStepKernel kernel);
 CudaStepKernel GetCudaStepKernel();

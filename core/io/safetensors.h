@@ -1,5 +1,4 @@
-// Reader and writer for the safetensors format
-// (https://github.com/huggingface/safetensors):
+// Reader and writer for the safetensors format (Hugging Face's):
 //
 //   u64 little-endian n | n bytes of JSON header | raw little-endian data
 //

@@ -21,7 +21,7 @@
 // cross state on the first step; afterwards `memory` may be undefined: the
 // default memory_length_mask then takes S from a cross full state (whose
 // softmax reads the mask at every step), and is an empty N x 0 mask for other
-// cross states, which no longer read it.
+// cross states, which do not read it after the first step.
 //
 // RecurrentTransformerEncoder / RecurrentTransformerDecoder(layers,
 // norm_layer = none) step every layer and apply the optional final

@@ -75,8 +75,8 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
 // == 0, E + 1 small enough) and how many zeroed workspace floats the call
 // needs; the caller passes that plan and that workspace (zeros, on the
 // state's device), or null when workspace_floats is 0. device: the CUDA
-// device the state is on (its SM count sets the split). Written in a
-// session without a GPU: not yet run (docs/gpu.md).
+// device the state is on (its SM count sets the split). Its CUDA tests have
+// not run on a GPU (docs/gpu.md).
 VectorStepPlan VectorStepPlanFor(const LinearStateStepArgs& args, int device);
 const char* LinearStateStepVectorForward(const LinearStateStepArgs& args,
                                          const VectorStepPlan& plan, float* workspace,

@@ -16,8 +16,8 @@
 // (coalesced value rows, the weight broadcast). Returns a CUDA error string
 // or nullptr.
 //
-// Status: called by kernels/sparse_product.cc for CUDA tensors (inference); written in
-// a session without a GPU: compiled by CI (nvcc) but not yet run (docs/gpu.md).
+// Status: called by kernels/sparse_product.cc for CUDA tensors (inference);
+// compiled by CI (nvcc); its CUDA tests have not run on a GPU (docs/gpu.md).
 #pragma once
 
 #include <cstdint>

@@ -43,10 +43,10 @@ PrefillSchedule Plan(Dtype dtype, int64_t batch_heads, int64_t length, int m, in
 }
 
 // The bench model's attention (8 heads, M 256, E 64 + the normaliser
-// column, bf16): one block per SM. The former schedule rounded the segment
-// count up (17 segments of 61 chunks at L = 64k: 136 blocks on 132 SMs, so
-// 4 blocks ran in a second wave, doubling the time) and at L = 1k narrowed
-// the tile to 32 columns (192 blocks: two waves).
+// column, bf16): one block per SM. Rounding the segment count up instead
+// would give 17 segments of 61 chunks at L = 64k (136 blocks on 132 SMs: 4
+// blocks in a second wave, doubling the time), and narrowing the tile to 32
+// columns at L = 1k would give 192 blocks (two waves).
 TEST(PrefillSchedule, BenchModelRunsInOneWave) {
   struct Expected {
     int64_t length;
