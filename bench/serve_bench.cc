@@ -12,7 +12,11 @@
 //     engine, right after (machine drift then hits both sides of a ratio
 //       alike): the same requests submitted straight to the model's Engine
 //       (ModelRepository::Load of the same folder, RequestStream sinks, no
-//       gRPC), tokens/s and TTFT the same way.
+//       gRPC), tokens/s and TTFT the same way;
+//     decoder: the model's own PerformerDecoder stepping C sequences at once
+//       (argmax fed back, nothing else), the rate serving is measured
+//       against: server tokens/s / decoder tokens/s (goal >= 90% at 1
+//       stream, >= 80% at 32).
 //   Then the serving targets' ratios: server tokens/s at 32 streams / at
 //   1 stream (goal >= 6x) and server tokens/s / engine tokens/s at the same C
 //   (goal >= 90%), as a markdown report with the machine facts.
@@ -70,6 +74,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/decoding/performer_decoder.h"
 #include "core/decoding/sequence_decoder.h"
 #include "core/generation/sampling_params.h"
 #include "core/io/safetensors.h"
@@ -102,6 +107,9 @@ ABSL_FLAG(int32_t, threads, 0,
 ABSL_FLAG(bool, shared_channel, false,
           "All streams on one gRPC channel (one HTTP/2 connection) instead of one each.");
 ABSL_FLAG(bool, engine, true, "Also measure the engine in-process.");
+ABSL_FLAG(bool, decoder, true,
+          "Also measure the decoder's own batched step rate at each concurrency (the same "
+          "model, no engine): the baseline of the serving-cost goals.");
 ABSL_FLAG(std::vector<std::string>, server_flags, {},
           "Extra flags for the started server, comma-separated (e.g. "
           "--metrics_port=-1,--log_level=off to measure without metrics and request logs).");
@@ -512,7 +520,46 @@ std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f MiB", bytes / 1048
 struct Measured {
   LoadResult grpc;
   std::optional<LoadResult> engine;
+  // The decoder's own rate at batch = streams: tokens/s of its batched step
+  // alone (no engine, no sampling beyond an argmax, no streaming).
+  std::optional<double> decoder_tokens_per_second;
 };
+
+// The decoder's batched step rate at batch `c`: c sequences prefilled with
+// the workload's prompts, then max_new_tokens steps of all c at once, each
+// feeding the argmax of the last step; tokens/s = c * steps / the steps' time.
+absl::StatusOr<double> DecoderTokensPerSecond(const std::string& model_dir, int64_t c,
+                                              const Workload& workload) {
+  absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(model_dir);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
+      decoding::PerformerDecoder::Create(*model, c);
+  if (!decoder.ok()) return decoder.status();
+  c10::InferenceMode inference;
+  std::vector<decoding::SequenceId> ids;
+  std::vector<int64_t> tokens;
+  for (int64_t s = 0; s < c; ++s) {
+    absl::StatusOr<decoding::SequenceId> id = (*decoder)->Create();
+    if (!id.ok()) return id.status();
+    decoding::PrefillRequest prefill;
+    const std::vector<int32_t> prompt = Prompt(s, 0, workload.prompt_tokens, workload.vocab);
+    prefill.prompt.assign(prompt.begin(), prompt.end());
+    absl::StatusOr<torch::Tensor> logits = (*decoder)->Prefill(*id, prefill);
+    if (!logits.ok()) return logits.status();
+    ids.push_back(*id);
+    tokens.push_back(logits->argmax().item<int64_t>());
+  }
+  const int64_t steps = std::max<int64_t>(1, workload.max_new_tokens - 1);
+  const Clock::time_point start = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    absl::StatusOr<torch::Tensor> logits = (*decoder)->Step(ids, tokens);
+    if (!logits.ok()) return logits.status();
+    const torch::Tensor next = logits->argmax(1).contiguous();
+    tokens.assign(next.data_ptr<int64_t>(), next.data_ptr<int64_t>() + c);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return static_cast<double>(c * steps) / std::max(1e-9, seconds);
+}
 
 void PrintErrors(const char* what, const LoadResult& r) {
   if (r.errors == 0) return;
@@ -525,8 +572,9 @@ void PrintReport(const std::vector<Measured>& runs) {
   std::printf(
       "\n## Streaming over gRPC vs the engine in-process\n\n"
       "| streams | requests | tokens | server tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | "
-      "ITL p99 ms | tokens/msg | engine tok/s | engine TTFT p50 ms | server / engine |\n"
-      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "ITL p99 ms | tokens/msg | engine tok/s | engine TTFT p50 ms | server / engine | "
+      "decoder tok/s | server / decoder |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Measured& m : runs) {
     const LoadResult& g = m.grpc;
     std::string engine_cols = "- | - | -";
@@ -536,6 +584,11 @@ void PrintReport(const std::vector<Measured>& runs) {
           Percentile(m.engine->ttft, 0.5) * 1e3,
           100.0 * g.tokens_per_second() / std::max(1e-9, m.engine->tokens_per_second()));
     }
+    engine_cols += m.decoder_tokens_per_second
+                       ? absl::StrFormat(" | %.0f | %.0f%%", *m.decoder_tokens_per_second,
+                                         100.0 * g.tokens_per_second() /
+                                             std::max(1e-9, *m.decoder_tokens_per_second))
+                       : std::string(" | - | -");
     std::printf(
         "| %lld | %lld | %lld | %.0f | %.1f | %.1f | %.2f | %.2f | %.2f | %s |\n",
         static_cast<long long>(g.concurrency), static_cast<long long>(g.requests),
@@ -577,6 +630,16 @@ void PrintReport(const std::vector<Measured>& runs) {
     std::printf("| server / engine tokens/s at %lld streams | %.0f%% | >= 90%% | %s |\n",
                 static_cast<long long>(m.grpc.concurrency), 100 * ratio,
                 ratio >= 0.9 ? "yes" : "no");
+  }
+  for (const Measured& m : runs) {
+    if (!m.decoder_tokens_per_second) continue;
+    const double ratio = m.grpc.tokens_per_second() / std::max(1e-9, *m.decoder_tokens_per_second);
+    const int64_t c = m.grpc.concurrency;
+    const double goal = c == 1 ? 0.9 : 0.8;
+    std::printf("| server tokens/s / decoder step rate at %lld streams | %.0f%% | %s | %s |\n",
+                static_cast<long long>(c), 100 * ratio,
+                c == 1 ? ">= 90%" : (c == 32 ? ">= 80%" : ""),
+                (c == 1 || c == 32) ? (ratio >= goal ? "yes" : "no") : "");
   }
   std::printf(
       "\nTTFT: call start to the first token-carrying message; ITL: gap between consecutive "
@@ -836,6 +899,17 @@ int Run() {
           return EngineOne(*engine, workload, c, s, r, trace);
         });
         std::fprintf(stderr, " %.0f tokens/s", m.engine->tokens_per_second());
+      }
+      if (absl::GetFlag(FLAGS_decoder)) {
+        std::fprintf(stderr, "; decoder...");
+        absl::StatusOr<double> rate =
+            DecoderTokensPerSecond((repository / model_name).string(), c, workload);
+        if (rate.ok()) {
+          m.decoder_tokens_per_second = *rate;
+          std::fprintf(stderr, " %.0f tokens/s", *rate);
+        } else {
+          std::fprintf(stderr, " failed: %s", rate.status().ToString().c_str());
+        }
       }
       std::fprintf(stderr, "\n");
       runs.push_back(std::move(m));

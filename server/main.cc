@@ -58,8 +58,8 @@ ABSL_FLAG(int64_t, max_queue, 256,
           "Per model: requests that may wait for a slot; beyond it RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
-          "Prompt tokens prefilled per engine step in one forward (longer prompts continue "
-          "token by token inside the batched step).");
+          "Prompt tokens prefilled per engine step in one forward: the chunk size and the "
+          "per-step prefill budget (longer prompts continue chunk by chunk in later steps).");
 ABSL_FLAG(int64_t, max_prefills_per_step, 4,
           "Prefill forwards per engine step (each passes over the weights once).");
 ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
@@ -174,6 +174,7 @@ int Run() {
   options.engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
   options.engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   options.engine.stall_after_steps = absl::GetFlag(FLAGS_test_stall_engine_after_steps);
+  options.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
 
   performer::server::MetricBuckets buckets = performer::server::MetricBuckets::Defaults();
   for (auto [flag, name, target] :
@@ -226,7 +227,6 @@ int Run() {
   if (!repository.ok()) return Fail(1, repository.status().ToString());
 
   performer::server::ServiceOptions service_options;
-  service_options.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   service_options.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
   performer::server::RequestLog request_log;
   service_options.observers.push_back(&metrics);

@@ -19,7 +19,7 @@ struct GenerationResult {
 
 // The sequence is created and released here. A token whose position would
 // be max_seq_len is still emitted (its logits come from the last valid
-// position) but not fed: generation ends with kMaxSequenceLength.
+// position) but not fed: generation ends with kLength.
 absl::StatusOr<GenerationResult> Generate(SequenceDecoder& decoder, const PrefillRequest& request,
                                           const generation::SamplingParams& params,
                                           bool keep_logits = false);

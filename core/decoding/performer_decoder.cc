@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/decoding/status_from_exception.h"
 #include "core/decoding/token_ids.h"
 
 namespace performer::decoding {
@@ -89,6 +90,28 @@ absl::StatusOr<int64_t> PerformerDecoder::SlotOf(SequenceId id) const {
 }
 
 absl::StatusOr<SequenceId> PerformerDecoder::Create() {
+  return StatusFromException("create", [&] { return CreateUnguarded(); });
+}
+
+absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const PrefillRequest& r) {
+  return StatusFromException("prefill", [&] { return PrefillUnguarded(id, r); });
+}
+
+absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
+                                                       const std::vector<int64_t>& tokens) {
+  return StatusFromException("extend", [&] { return ExtendUnguarded(id, tokens); });
+}
+
+absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceId>& ids,
+                                                     const std::vector<int64_t>& tokens) {
+  return StatusFromException("decode step", [&] { return StepUnguarded(ids, tokens); });
+}
+
+absl::Status PerformerDecoder::Release(SequenceId id) {
+  return StatusFromException("release", [&] { return ReleaseUnguarded(id); });
+}
+
+absl::StatusOr<SequenceId> PerformerDecoder::CreateUnguarded() {
   if (active() >= info_.capacity) {
     return absl::ResourceExhaustedError(
         absl::StrCat("all ", info_.capacity, " sequence slots are in use"));
@@ -102,7 +125,8 @@ absl::StatusOr<SequenceId> PerformerDecoder::Create() {
   return id;
 }
 
-absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const PrefillRequest& r) {
+absl::StatusOr<torch::Tensor> PerformerDecoder::PrefillUnguarded(SequenceId id,
+                                                                 const PrefillRequest& r) {
   absl::StatusOr<int64_t> slot = SlotOf(id);
   if (!slot.ok()) return slot.status();
   if (prefilled_[static_cast<size_t>(*slot)]) {
@@ -159,8 +183,8 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Prefill(SequenceId id, const Pre
   return logits[0][logits.size(1) - 1].to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
-absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
-                                                       const std::vector<int64_t>& tokens) {
+absl::StatusOr<torch::Tensor> PerformerDecoder::ExtendUnguarded(
+    SequenceId id, const std::vector<int64_t>& tokens) {
   absl::StatusOr<int64_t> slot = SlotOf(id);
   if (!slot.ok()) return slot.status();
   if (!prefilled_[static_cast<size_t>(*slot)]) {
@@ -183,8 +207,8 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Extend(SequenceId id,
   return logits;
 }
 
-absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceId>& ids,
-                                                     const std::vector<int64_t>& tokens) {
+absl::StatusOr<torch::Tensor> PerformerDecoder::StepUnguarded(const std::vector<SequenceId>& ids,
+                                                              const std::vector<int64_t>& tokens) {
   if (ids.size() != tokens.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("step got ", ids.size(), " sequences but ", tokens.size(), " tokens"));
@@ -246,7 +270,7 @@ absl::StatusOr<torch::Tensor> PerformerDecoder::Step(const std::vector<SequenceI
   return logits.index_select(0, TokenTensor(inverse, device_)).to(torch::kCPU);
 }
 
-absl::Status PerformerDecoder::Release(SequenceId id) {
+absl::Status PerformerDecoder::ReleaseUnguarded(SequenceId id) {
   absl::StatusOr<int64_t> slot = SlotOf(id);
   if (!slot.ok()) return slot.status();
   const int64_t last = active() - 1;

@@ -60,6 +60,14 @@ class PerformerDecoder : public SequenceDecoder {
   PerformerDecoder(models::LoadedModel model, int64_t capacity,
                    const PerformerDecoderOptions& options);
   absl::StatusOr<int64_t> SlotOf(SequenceId id) const;
+  // The entry points' bodies; the entry points turn what they throw into a
+  // status (status_from_exception.h).
+  absl::StatusOr<SequenceId> CreateUnguarded();
+  absl::StatusOr<torch::Tensor> PrefillUnguarded(SequenceId id, const PrefillRequest& request);
+  absl::StatusOr<torch::Tensor> ExtendUnguarded(SequenceId id, const std::vector<int64_t>& tokens);
+  absl::StatusOr<torch::Tensor> StepUnguarded(const std::vector<SequenceId>& ids,
+                                              const std::vector<int64_t>& tokens);
+  absl::Status ReleaseUnguarded(SequenceId id);
 
   models::LoadedModel model_;
   models::PerformerLM decoder_{nullptr};  // the LM, or the enc-dec's decoder

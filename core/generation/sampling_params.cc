@@ -1,5 +1,6 @@
 #include "core/generation/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -10,6 +11,24 @@ namespace performer::generation {
 SamplingParams SamplingParams::Greedy() {
   SamplingParams p;
   p.temperature = 0.0f;
+  return p;
+}
+
+SamplingParams ResolveSamplingParams(const SamplingParams& defaults,
+                                     const SamplingOverrides& request, int64_t max_new_tokens_cap) {
+  SamplingParams p = defaults;
+  p.max_new_tokens =
+      request.max_new_tokens.has_value()
+          ? *request.max_new_tokens
+          : std::max<int64_t>(1, std::min(defaults.max_new_tokens, max_new_tokens_cap));
+  if (request.temperature.has_value()) p.temperature = *request.temperature;
+  if (request.top_k.has_value()) p.top_k = *request.top_k;
+  if (request.top_p.has_value()) p.top_p = *request.top_p;
+  if (request.repetition_penalty.has_value()) p.repetition_penalty = *request.repetition_penalty;
+  if (request.seed.has_value()) p.seed = request.seed;
+  p.stop_token_ids = request.stop_token_ids;
+  p.stop_strings = request.stop_strings;
+  if (request.ignore_eos) p.eos_token_id.reset();
   return p;
 }
 
@@ -61,6 +80,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size)
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat("stop_token_ids[", i, "] must be in [0, ", vocab_size, "), got ", id));
+    }
+  }
+  for (size_t i = 0; i < p.stop_strings.size(); ++i) {
+    if (p.stop_strings[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings[", i, "] is empty"));
     }
   }
   if (p.eos_token_id.has_value() && (*p.eos_token_id < 0 || *p.eos_token_id >= vocab_size)) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,9 @@ struct SamplingParams {
   // Generation stops after emitting this token (the token is kept, as the
   // reference generate() returns it).
   std::optional<int64_t> eos_token_id;
+  // Generation stops when its text contains any of these (the text up to
+  // and including it is kept). Needs a tokenizer.
+  std::vector<std::string> stop_strings;
 
   // Defaults with temperature 0: deterministic argmax decoding.
   static SamplingParams Greedy();
@@ -56,10 +60,32 @@ struct SamplingParams {
 //   vocab_size < 1; temperature < 0 or not finite; top_k < 0 or > vocab_size;
 //   filter_thres outside [0, 1) or giving k = int((1 - thres) * vocab) < 1;
 //   top_p outside (0, 1]; repetition_penalty <= 0 or not finite;
-//   max_new_tokens < 1; any stop_token_ids / eos_token_id outside [0, vocab).
+//   max_new_tokens < 1; any stop_token_ids / eos_token_id outside [0, vocab);
+//   an empty stop string.
 // OK otherwise. Checked up front so that a bad request fails before any model
 // work is done, instead of producing silently clamped behaviour.
 absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size);
+
+// What one request may set; every unset field takes the model's default.
+struct SamplingOverrides {
+  std::optional<int64_t> max_new_tokens;
+  std::optional<float> temperature;
+  std::optional<int64_t> top_k;
+  std::optional<float> top_p;
+  std::optional<float> repetition_penalty;
+  std::optional<uint64_t> seed;
+  std::vector<int64_t> stop_token_ids;
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;  // drop the model's eos_token_id
+};
+
+// The one merge of a model's defaults with a request's overrides. An unset
+// max_new_tokens takes min(defaults.max_new_tokens, max_new_tokens_cap),
+// at least 1: the cap is what fits after the prompt and under the server's
+// limit, so a default never makes a request invalid (an explicit value that
+// does not fit is refused by validation). Nothing is validated here.
+SamplingParams ResolveSamplingParams(const SamplingParams& defaults,
+                                     const SamplingOverrides& request, int64_t max_new_tokens_cap);
 
 // k of the reference's top_k(logits, thres): int((1 - thres) * vocab), in
 // double arithmetic on the float thres (e.g. vocab 100, thres 0.9f -> 10;

@@ -1,12 +1,13 @@
 #include "core/generation/token_sampler.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
 #include <limits>
 #include <random>
+#include <vector>
 
 namespace performer::generation {
 namespace {
@@ -18,59 +19,88 @@ uint64_t DrawRandomSeed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
 }
 
-// Descending by value, ties -> lower index first: a strict total order on
-// indices (values contain no NaN), so sorting/selection is deterministic.
-struct DescendingThenLowerId {
-  const float* v;
-  bool operator()(int64_t a, int64_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
-};
-
-// Keeps the k largest entries of v (ties -> lower id), sets the rest to -inf.
-void KeepTopK(float* v, int64_t n, int64_t k) {
-  k = std::clamp<int64_t>(k, 1, n);
-  if (k >= n) return;
-  std::vector<int64_t> idx(n);
-  for (int64_t i = 0; i < n; ++i) idx[i] = i;
-  std::nth_element(idx.begin(), idx.begin() + k, idx.end(), DescendingThenLowerId{v});
-  // idx[k..n) are the dropped ones.
-  for (int64_t j = k; j < n; ++j) v[idx[j]] = kNegInf;
+// k of a row's top_k and filter_thres together (the smaller wins), clamped
+// to [1, vocab]; vocab when neither is set.
+int64_t RowTopK(const SamplingParams& p, int64_t vocab) {
+  int64_t k = vocab;
+  if (p.top_k > 0) k = std::min(k, p.top_k);
+  if (p.filter_thres.has_value()) k = std::min(k, FilterThresToTopK(*p.filter_thres, vocab));
+  return std::clamp<int64_t>(k, 1, vocab);
 }
 
-// Nucleus filter, see the header for the exact rule. probability_scale is the
-// temperature used for the softmax (> 0).
-void KeepTopP(float* v, int64_t n, float top_p, double probability_scale) {
-  std::vector<int64_t> idx;
-  idx.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (v[i] != kNegInf) idx.push_back(i);
-  }
-  if (idx.size() <= 1) return;
-  std::sort(idx.begin(), idx.end(), DescendingThenLowerId{v});
-  const double max_logit = v[idx[0]];
-  if (std::isinf(max_logit)) return;  // +inf present: the softmax is degenerate, keep as is.
-  std::vector<double> w(idx.size());
-  double total = 0.0;
-  for (size_t j = 0; j < idx.size(); ++j) {
-    w[j] = std::exp((static_cast<double>(v[idx[j]]) - max_logit) / probability_scale);
-    total += w[j];
-  }
-  const double threshold = static_cast<double>(top_p) * total;
-  double cumulative = 0.0;
-  for (size_t j = 0; j < idx.size(); ++j) {
-    // Drop token j when the tokens before it already exceed top_p; j = 0 has
-    // cumulative 0 and is always kept.
-    if (j > 0 && cumulative > threshold) v[idx[j]] = kNegInf;
-    cumulative += w[j];
-  }
+bool RowSamples(const SamplingParams& p) { return p.temperature > 0.0f; }
+
+// Descending sort with ties in id order (a stable sort of the ids).
+std::tuple<torch::Tensor, torch::Tensor> SortDescending(const torch::Tensor& x) {
+  return x.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true);
 }
 
-// Lowest index of the maximum (NaN-free input); 0 when all are -inf.
-int64_t ArgMaxLowestId(const float* v, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (v[i] > v[best]) best = i;
+// Step 2 for the rows whose penalty is on: x[row, id] /= theta for each
+// distinct in-vocabulary id of the row's context.
+void ApplyRepetitionPenalty(torch::Tensor& x, const std::vector<const SamplingParams*>& params,
+                            const std::vector<const std::vector<int64_t>*>& contexts) {
+  const int64_t vocab = x.size(1);
+  std::vector<int64_t> rows, ids;
+  std::vector<float> thetas;
+  std::vector<bool> seen;
+  for (size_t r = 0; r < params.size(); ++r) {
+    const float theta = params[r]->repetition_penalty;
+    if (!(theta > 1.0f) || contexts[r] == nullptr) continue;
+    seen.assign(static_cast<size_t>(vocab), false);
+    for (int64_t id : *contexts[r]) {
+      if (id < 0 || id >= vocab || seen[id]) continue;
+      seen[id] = true;
+      rows.push_back(static_cast<int64_t>(r));
+      ids.push_back(id);
+      thetas.push_back(theta);
+    }
   }
-  return best;
+  if (rows.empty()) return;
+  const auto on = [&](auto& v, torch::ScalarType type) {
+    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())},
+                            torch::TensorOptions().dtype(type))
+        .to(x.device());
+  };
+  const torch::Tensor r = on(rows, torch::kLong);
+  const torch::Tensor i = on(ids, torch::kLong);
+  const torch::Tensor t = on(thetas, torch::kFloat);
+  x.index_put_({r, i}, x.index({r, i}) / t);
+}
+
+// Step 3: keeps the k[row] largest of each row (ties -> lower id).
+void ApplyTopK(torch::Tensor& x, const std::vector<int64_t>& k) {
+  const int64_t vocab = x.size(1);
+  auto [values, order] = SortDescending(x);
+  const torch::Tensor keep_count =
+      torch::tensor(k, torch::kLong).to(x.device()).unsqueeze(1);  // [B, 1]
+  const torch::Tensor rank = torch::arange(vocab, x.options().dtype(torch::kLong)).unsqueeze(0);
+  x.scatter_(1, order, values.masked_fill(rank >= keep_count, kNegInf));
+}
+
+// Step 4 for the rows with top_p[row] < 1 (enabled[row]); scale[row] is the
+// temperature of the row's softmax.
+void ApplyTopP(torch::Tensor& x, const std::vector<double>& top_p, const std::vector<double>& scale,
+               const std::vector<uint8_t>& enabled) {
+  const int64_t vocab = x.size(1);
+  const auto device = x.device();
+  auto [values, order] = SortDescending(x);
+  const torch::Tensor sorted = values.to(torch::kDouble);
+  const torch::Tensor max = sorted.select(1, 0).unsqueeze(1);
+  const auto column = [&](const auto& v, torch::ScalarType type) {
+    return torch::tensor(v, torch::TensorOptions().dtype(type)).to(device).unsqueeze(1);
+  };
+  const torch::Tensor weights = ((sorted - max) / column(scale, torch::kDouble)).exp();
+  const torch::Tensor cumulative = weights.cumsum(1);
+  const torch::Tensor total = cumulative.select(1, vocab - 1).unsqueeze(1);
+  // Weight of the tokens before each one (exactly the running sum).
+  const torch::Tensor before =
+      torch::cat({torch::zeros_like(max), cumulative.slice(1, 0, vocab - 1)}, 1);
+  // A row with +inf or with every token filtered has no usable softmax:
+  // it is left as it is.
+  const torch::Tensor row_ok = column(enabled, torch::kBool) & torch::isfinite(max) &
+                               (values.select(1, 1) != kNegInf).unsqueeze(1);
+  const torch::Tensor drop = (before > column(top_p, torch::kDouble) * total) & row_ok;
+  x.scatter_(1, order, values.masked_fill(drop, kNegInf));
 }
 
 }  // namespace
@@ -87,70 +117,48 @@ double TokenSampler::NextUniform() {
 
 torch::Tensor TokenSampler::ProcessLogits(const torch::Tensor& logits,
                                           const std::vector<int64_t>& context) const {
-  torch::Tensor out = logits.detach()
-                          .reshape({-1})
-                          .to(torch::kCPU, torch::kFloat, /*non_blocking=*/false, /*copy=*/true)
-                          .contiguous();
-  const int64_t n = out.numel();
-  if (n == 0) return out;
-  float* v = out.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(v[i])) v[i] = kNegInf;
-  }
-
-  if (params_.repetition_penalty > 1.0f) {
-    std::vector<bool> penalized(static_cast<size_t>(n), false);
-    for (int64_t id : context) {
-      if (id < 0 || id >= n || penalized[id]) continue;
-      penalized[id] = true;
-      v[id] /= params_.repetition_penalty;  // Also for negative logits (reference quirk).
-    }
-  }
-
-  if (params_.top_k > 0) KeepTopK(v, n, params_.top_k);
-  if (params_.filter_thres.has_value()) {
-    KeepTopK(v, n, FilterThresToTopK(*params_.filter_thres, n));
-  }
-
-  if (params_.top_p < 1.0f || std::isnan(params_.top_p)) {
-    const bool sampling = params_.temperature > 0.0f;
-    KeepTopP(v, n, std::isnan(params_.top_p) ? 0.0f : params_.top_p,
-             sampling ? static_cast<double>(params_.temperature) : 1.0);
-  }
-  return out;
+  return ProcessLogitsBatch(logits.reshape({1, -1}), {&params_}, {&context})[0].to(torch::kCPU);
 }
 
 int64_t TokenSampler::Sample(const torch::Tensor& logits, const std::vector<int64_t>& context) {
   TORCH_CHECK(logits.numel() > 0, "TokenSampler::Sample expects non-empty logits");
-  torch::Tensor processed = ProcessLogits(logits, context);
-  const int64_t n = processed.numel();
-  const float* v = processed.data_ptr<float>();
-  const int64_t argmax = ArgMaxLowestId(v, n);
+  return SampleBatch(logits.reshape({1, -1}), {this}, {&context})[0];
+}
 
-  // Greedy (also for an unvalidated negative / NaN temperature): no draw.
-  if (!(params_.temperature > 0.0f)) return argmax;
-  const double max_logit = v[argmax];
-  // All filtered, or a +inf logit (softmax degenerates onto it): deterministic.
-  if (std::isinf(max_logit)) return argmax;
+torch::Tensor ProcessLogitsBatch(const torch::Tensor& logits,
+                                 const std::vector<const SamplingParams*>& params,
+                                 const std::vector<const std::vector<int64_t>*>& contexts) {
+  TORCH_CHECK(logits.dim() == 2, "ProcessLogitsBatch expects logits [B, vocab], got ", logits.dim(),
+              " dims");
+  const int64_t batch = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  TORCH_CHECK(static_cast<int64_t>(params.size()) == batch &&
+                  static_cast<int64_t>(contexts.size()) == batch,
+              "ProcessLogitsBatch: ", batch, " rows but ", params.size(), " parameter sets and ",
+              contexts.size(), " contexts");
+  torch::Tensor x = logits.detach().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  if (batch == 0 || vocab == 0) return x;
+  x.masked_fill_(x.isnan(), kNegInf);
 
-  const double temperature = params_.temperature;
-  std::vector<double> w(static_cast<size_t>(n));
-  double total = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] = v[i] == kNegInf ? 0.0 : std::exp((static_cast<double>(v[i]) - max_logit) / temperature);
-    total += w[i];
+  bool any_penalty = false, any_top_k = false, any_top_p = false;
+  std::vector<int64_t> k(static_cast<size_t>(batch));
+  std::vector<double> top_p(static_cast<size_t>(batch)), scale(static_cast<size_t>(batch));
+  std::vector<uint8_t> top_p_on(static_cast<size_t>(batch));
+  for (int64_t r = 0; r < batch; ++r) {
+    const SamplingParams& p = *params[r];
+    any_penalty |= p.repetition_penalty > 1.0f;
+    k[r] = RowTopK(p, vocab);
+    any_top_k |= k[r] < vocab;
+    const bool nucleus = p.top_p < 1.0f || std::isnan(p.top_p);
+    top_p_on[r] = nucleus ? 1 : 0;
+    any_top_p |= nucleus;
+    top_p[r] = std::isnan(p.top_p) ? 0.0 : static_cast<double>(p.top_p);
+    scale[r] = RowSamples(p) ? static_cast<double>(p.temperature) : 1.0;
   }
-  // total >= 1 (the argmax contributes exp(0)).
-  const double target = NextUniform() * total;
-  double cumulative = 0.0;
-  int64_t last_positive = argmax;
-  for (int64_t i = 0; i < n; ++i) {
-    if (w[i] <= 0.0) continue;
-    cumulative += w[i];
-    last_positive = i;
-    if (target < cumulative) return i;
-  }
-  return last_positive;  // Only reachable through rounding at the very top.
+  if (any_penalty) ApplyRepetitionPenalty(x, params, contexts);
+  if (any_top_k) ApplyTopK(x, k);
+  if (any_top_p && vocab > 1) ApplyTopP(x, top_p, scale, top_p_on);
+  return x;
 }
 
 std::vector<int64_t> SampleBatch(const torch::Tensor& logits,
@@ -164,15 +172,49 @@ std::vector<int64_t> SampleBatch(const torch::Tensor& logits,
               "SampleBatch: ", batch, " rows but ", samplers.size(), " samplers and ",
               contexts.size(), " contexts");
   TORCH_CHECK(batch == 0 || logits.size(1) > 0, "SampleBatch expects vocab >= 1");
-  const torch::Tensor cpu = logits.detach().to(torch::kCPU, torch::kFloat).contiguous();
-  static const std::vector<int64_t> kEmptyContext;
-  std::vector<int64_t> tokens(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) {
-    TORCH_CHECK(samplers[i] != nullptr, "SampleBatch: sampler ", i, " is null");
-    const std::vector<int64_t>& context = contexts[i] != nullptr ? *contexts[i] : kEmptyContext;
-    tokens[i] = samplers[i]->Sample(cpu[i], context);
+  if (batch == 0) return {};
+  const int64_t vocab = logits.size(1);
+  std::vector<const SamplingParams*> params(static_cast<size_t>(batch));
+  std::vector<double> uniform(static_cast<size_t>(batch), 0.0);
+  std::vector<double> temperature(static_cast<size_t>(batch), 1.0);
+  std::vector<uint8_t> samples(static_cast<size_t>(batch), 0);
+  bool any_samples = false;
+  for (int64_t r = 0; r < batch; ++r) {
+    TORCH_CHECK(samplers[r] != nullptr, "SampleBatch: sampler ", r, " is null");
+    params[r] = &samplers[r]->params();
+    if (RowSamples(*params[r])) {
+      samples[r] = 1;
+      any_samples = true;
+      temperature[r] = params[r]->temperature;
+      uniform[r] = samplers[r]->NextUniform();
+    }
   }
-  return tokens;
+  const torch::Tensor x = ProcessLogitsBatch(logits, params, contexts);
+  torch::Tensor tokens = x.argmax(1);  // ties -> the lowest id
+  if (any_samples) {
+    const auto device = x.device();
+    const auto column = [&](const auto& v, torch::ScalarType type) {
+      return torch::tensor(v, torch::TensorOptions().dtype(type)).to(device).unsqueeze(1);
+    };
+    const torch::Tensor xd = x.to(torch::kDouble);
+    const torch::Tensor max = xd.gather(1, tokens.unsqueeze(1));
+    const torch::Tensor weights = ((xd - max) / column(temperature, torch::kDouble)).exp();
+    const torch::Tensor cumulative = weights.cumsum(1);
+    const torch::Tensor target =
+        column(uniform, torch::kDouble) * cumulative.select(1, vocab - 1).unsqueeze(1);
+    const torch::Tensor drawn = (cumulative <= target).sum(1);
+    // Rounding at the very top: the last token with a positive weight.
+    const torch::Tensor ids = torch::arange(vocab, x.options().dtype(torch::kLong));
+    const torch::Tensor last_positive = torch::where(weights > 0, ids, ids.new_zeros({})).amax(1);
+    const torch::Tensor sampled = torch::where(drawn < vocab, drawn, last_positive);
+    // Greedy rows, and rows whose maximum is +inf or -inf (every token
+    // filtered), keep the argmax.
+    const torch::Tensor use =
+        column(samples, torch::kBool).squeeze(1) & torch::isfinite(max.squeeze(1));
+    tokens = torch::where(use, sampled, tokens);
+  }
+  const torch::Tensor host = tokens.to(torch::kCPU, torch::kLong).contiguous();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + batch);
 }
 
 }  // namespace performer::generation

@@ -1,27 +1,66 @@
 #include "server/engine/generation_request.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/decoding/token_ids.h"
+
 namespace performer::server {
 
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kStopToken:
-      return "stop_token";
-    case FinishReason::kStopString:
-      return "stop_string";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kDeadline:
-      return "deadline";
-    case FinishReason::kError:
-      return "error";
+absl::Status ValidateGenerationRequest(const GenerationRequest& r, const RequestLimits& limits) {
+  if (r.prompt.empty()) {
+    return absl::InvalidArgumentError(
+        "prompt is empty: give prompt_text or prompt_tokens (for an encoder-decoder model, or "
+        "set the model's decoder_start_token_id)");
   }
-  return "unknown";
+  if (absl::Status s = decoding::CheckTokenIds(r.prompt, limits.vocab_size, "prompt_tokens");
+      !s.ok()) {
+    return s;
+  }
+  if (limits.needs_source) {
+    if (r.source.empty()) {
+      return absl::InvalidArgumentError(
+          "source_text / source_tokens: an encoder-decoder model needs a non-empty source");
+    }
+    if (static_cast<int64_t>(r.source.size()) > limits.max_source_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("source_tokens: the source has ", r.source.size(),
+                       " tokens; the encoder's max_seq_len is ", limits.max_source_len));
+    }
+    if (absl::Status s =
+            decoding::CheckTokenIds(r.source, limits.source_vocab_size, "source_tokens");
+        !s.ok()) {
+      return s;
+    }
+  } else if (!r.source.empty()) {
+    return absl::InvalidArgumentError(
+        "source_text / source_tokens: a decoder-only model takes no source");
+  }
+  const int64_t max_new = r.sampling.max_new_tokens;
+  if (max_new < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be at least 1 (0 = the model's default), got ", max_new));
+  }
+  if (max_new > limits.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens ", max_new, " exceeds this server's limit of ", limits.max_new_tokens));
+  }
+  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+  if (prompt_len + max_new > limits.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens: the prompt (", prompt_len, " tokens) + max_new_tokens (",
+                     max_new, ") exceeds the model's max sequence length ", limits.max_seq_len,
+                     "; at most ", std::max<int64_t>(0, limits.max_seq_len - prompt_len),
+                     " new tokens fit after this prompt"));
+  }
+  if (absl::Status s = generation::ValidateSamplingParams(r.sampling, limits.vocab_size); !s.ok()) {
+    return s;
+  }
+  if (!r.sampling.stop_strings.empty() && !limits.has_tokenizer) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_strings: model ", limits.model_name,
+                                                   " has no tokenizer, so it produces no text"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace performer::server

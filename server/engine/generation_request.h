@@ -1,39 +1,28 @@
 // What the engine needs to run one generation, after the RPC layer has
-// turned the wire request into tokens, and how it ended.
+// turned the wire request into tokens, and the one validation of it.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/generation/finish_reason.h"
 #include "core/generation/sampling_params.h"
 
 namespace performer::server {
 
-// Why a generation ended (the wire enum performer.v1.FinishReason).
-enum class FinishReason {
-  kNone,        // still running
-  kLength,      // max_new_tokens, or the model's max sequence length
-  kEos,         // the model's eos token (included in the output)
-  kStopToken,   // one of stop_token_ids (included)
-  kStopString,  // one of stop_strings (the text up to and including it)
-  kCancelled,   // Cancel RPC, client cancel or disconnect
-  kDeadline,    // the RPC deadline passed
-  kError,       // ended with a non-OK status (slow reader, shutdown, ...)
-};
-
-// Stable lower-case names ("length", "eos", ...), for logs and metrics.
-std::string_view FinishReasonName(FinishReason reason);
+using generation::FinishReason;
+using generation::FinishReasonName;
 
 struct GenerationRequest {
   std::string request_id;       // unique among the engine's live requests
   std::vector<int64_t> prompt;  // decoder prompt, non-empty
   std::vector<int64_t> source;  // encoder input (encoder-decoder models only)
-  // Sampling, max_new_tokens, stop_token_ids and eos_token_id.
+  // Sampling, max_new_tokens, stop tokens and strings, eos: the model's
+  // defaults merged with the request's overrides (ResolveSamplingParams).
   generation::SamplingParams sampling;
-  std::vector<std::string> stop_strings;  // need a tokenizer
   bool return_logprobs = false;
   int32_t priority = 0;  // higher is admitted first; FIFO among equals
   absl::Time deadline = absl::InfiniteFuture();
@@ -41,5 +30,24 @@ struct GenerationRequest {
   // RESOURCE_EXHAUSTED (slow reader); 0 = unbounded (unary calls).
   int64_t max_buffered_tokens = 0;
 };
+
+// What a request is checked against: the model and the server's limits.
+struct RequestLimits {
+  std::string model_name;
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+  bool needs_source = false;  // encoder-decoder
+  int64_t source_vocab_size = 0;
+  int64_t max_source_len = 0;
+  bool has_tokenizer = false;     // stop strings need text
+  int64_t max_new_tokens = 4096;  // the server's cap on a request's max_new_tokens
+};
+
+// The one validation of a generation request: INVALID_ARGUMENT with a
+// message naming the field (prompt_tokens, source_tokens, max_new_tokens,
+// temperature, top_k, top_p, repetition_penalty, stop_token_ids,
+// stop_strings, eos_token_id) and the offending value; OK otherwise.
+absl::Status ValidateGenerationRequest(const GenerationRequest& request,
+                                       const RequestLimits& limits);
 
 }  // namespace performer::server

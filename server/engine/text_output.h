@@ -1,13 +1,13 @@
-// The text side of one generation: incremental detokenization plus stop
-// strings that may span token boundaries. Text that could still turn out to
-// be the start of a stop string is held back until it cannot, so nothing
-// past a stop string is ever released.
+// The text side of one generation: incremental detokenization, with the
+// stop strings of generation::StopStringMatcher applied to the text as it
+// grows. Text is released in valid UTF-8 segments.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/generation/stop_rules.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace performer::server {
@@ -27,11 +27,9 @@ class TextOutput {
   std::string Release(size_t end);
 
   IncrementalDetokenizer detokenizer_;
-  std::vector<std::string> stop_strings_;
-  size_t longest_stop_ = 0;
+  generation::StopStringMatcher stops_;
   std::string text_;     // all complete text so far
   size_t released_ = 0;  // bytes of text_ handed out
-  size_t searched_ = 0;  // text_ before this offset has no stop string ending in it
   bool stopped_ = false;
 };
 

@@ -17,6 +17,17 @@ absl::Status Bad(const std::string& path, const std::string& key, const std::str
 
 }  // namespace
 
+generation::SamplingParams GenerationConfig::SamplingDefaults() const {
+  generation::SamplingParams p;
+  p.max_new_tokens = max_new_tokens;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.repetition_penalty = repetition_penalty;
+  p.eos_token_id = eos_token_id;
+  return p;
+}
+
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_dir) {
   GenerationConfig config;
   const std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/generation/sampling_params.h"
 
 namespace performer::server {
 
@@ -24,6 +25,11 @@ struct GenerationConfig {
   int64_t top_k = 0;
   float top_p = 1.0f;
   float repetition_penalty = 1.0f;
+
+  // The model's sampling defaults (temperature, top_k, top_p,
+  // repetition_penalty, max_new_tokens, eos_token_id), which a request's
+  // overrides are merged into (generation::ResolveSamplingParams).
+  generation::SamplingParams SamplingDefaults() const;
 };
 
 // Reads <model_dir>/generation_config.json; defaults when absent.

@@ -87,10 +87,10 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_t
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
-// The wire request as the engine's request, with the model's defaults.
+// The wire request as the engine's request: tokenized, with the model's
+// defaults merged in. The engine validates it (Engine::Submit).
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wire,
                                                   const HostedModel& model,
-                                                  const ServiceOptions& options,
                                                   const grpc::CallbackServerContext& context) {
   GenerationRequest r;
   r.request_id = wire.request_id().empty() ? NewRequestId() : wire.request_id();
@@ -117,34 +117,23 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
     }
   }
 
-  generation::SamplingParams& s = r.sampling;
-  if (wire.max_new_tokens() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_new_tokens must be >= 0 (0 = the model's default), got ", wire.max_new_tokens()));
-  }
-  if (wire.max_new_tokens() > options.max_new_tokens_limit) {
-    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", wire.max_new_tokens(),
-                                                   " exceeds this server's limit of ",
-                                                   options.max_new_tokens_limit));
-  }
-  if (wire.max_new_tokens() > 0) {
-    s.max_new_tokens = wire.max_new_tokens();
-  } else {
-    // The default is trimmed to what fits after the prompt; an explicit
-    // request that does not fit is an error (Engine::Validate).
-    const int64_t room = model.max_sequence_length - static_cast<int64_t>(r.prompt.size());
-    s.max_new_tokens = std::max<int64_t>(
-        1, std::min({defaults.max_new_tokens, options.max_new_tokens_limit, room}));
-  }
-  s.temperature = wire.has_temperature() ? wire.temperature() : defaults.temperature;
-  s.top_k = wire.top_k() != 0 ? wire.top_k() : defaults.top_k;
-  s.top_p = wire.has_top_p() ? wire.top_p() : defaults.top_p;
-  s.repetition_penalty =
-      wire.has_repetition_penalty() ? wire.repetition_penalty() : defaults.repetition_penalty;
-  if (wire.has_seed()) s.seed = wire.seed();
-  s.stop_token_ids.assign(wire.stop_token_ids().begin(), wire.stop_token_ids().end());
-  if (!wire.ignore_eos()) s.eos_token_id = defaults.eos_token_id;
-  r.stop_strings.assign(wire.stop_strings().begin(), wire.stop_strings().end());
+  generation::SamplingOverrides overrides;
+  if (wire.max_new_tokens() != 0) overrides.max_new_tokens = wire.max_new_tokens();
+  if (wire.has_temperature()) overrides.temperature = wire.temperature();
+  if (wire.top_k() != 0) overrides.top_k = wire.top_k();
+  if (wire.has_top_p()) overrides.top_p = wire.top_p();
+  if (wire.has_repetition_penalty()) overrides.repetition_penalty = wire.repetition_penalty();
+  if (wire.has_seed()) overrides.seed = wire.seed();
+  overrides.stop_token_ids.assign(wire.stop_token_ids().begin(), wire.stop_token_ids().end());
+  overrides.stop_strings.assign(wire.stop_strings().begin(), wire.stop_strings().end());
+  overrides.ignore_eos = wire.ignore_eos();
+  // A default max_new_tokens is trimmed to what fits after the prompt and
+  // under the server's limit; an explicit one that does not fit is refused
+  // by the engine's validation.
+  const int64_t room = model.max_sequence_length - static_cast<int64_t>(r.prompt.size());
+  r.sampling =
+      generation::ResolveSamplingParams(defaults.SamplingDefaults(), overrides,
+                                        std::min(model.engine->limits().max_new_tokens, room));
   r.return_logprobs = wire.return_logprobs();
   r.priority = wire.priority();
   const auto deadline = context.deadline();
@@ -480,7 +469,7 @@ static grpc::Status Start(ModelRepository& repository, const ServiceOptions& opt
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
   record.model = (*model)->name;
-  absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, options, *context);
+  absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = buffer_tokens;
   record.request_id = request->request_id;
@@ -562,45 +551,62 @@ grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* context,
                                                    const v1::EmbedRequest* request,
                                                    v1::EmbedResponse* response) {
-  RpcScope scope(options_.observers, "Embed", context);
+  // The forward runs on the model's embedder thread, not on this one: the
+  // call's record lives until the answer, which may come from there.
+  struct EmbedCall {
+    EmbedCall(const std::vector<RpcObserver*>& observers, grpc::CallbackServerContext* context)
+        : scope(observers, "Embed", context), reactor(context->DefaultReactor()) {}
+    RpcScope scope;
+    grpc::ServerUnaryReactor* reactor;
+    // Finishes the RPC, reports it and frees the call.
+    grpc::ServerUnaryReactor* Answer(const grpc::Status& status) {
+      grpc::ServerUnaryReactor* r = reactor;
+      r->Finish(scope.Sent(status));
+      delete this;
+      return r;
+    }
+  };
+  auto* call = new EmbedCall(options_.observers, context);
   if (draining_.load()) {
-    return Answer(context, scope,
-                  grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                               "the server is shutting down and accepts no new requests"));
+    return call->Answer(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                     "the server is shutting down and accepts no new requests"));
   }
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
-    return Answer(context, scope,
-                  grpc::Status(grpc::StatusCode::NOT_FOUND,
-                               absl::StrCat("model: no model named \"", request->model(),
-                                            "\" is hosted here (see ListModels)")));
+    return call->Answer(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                     absl::StrCat("model: no model named \"", request->model(),
+                                                  "\" is hosted here (see ListModels)")));
   }
-  scope.record().model = model->name;
+  call->scope.record().model = model->name;
   if (model->embedder == nullptr) {
-    return Answer(context, scope,
-                  grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                               absl::StrCat("model ", model->name,
-                                            " is a causal decoder: Embed needs a bidirectional "
-                                            "model or an encoder-decoder (its encoder)")));
+    return call->Answer(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                     absl::StrCat("model ", model->name,
+                                                  " is a causal decoder: Embed needs a "
+                                                  "bidirectional model or an encoder-decoder "
+                                                  "(its encoder)")));
   }
   const v1::Pooling pooling = request->pooling();
   if (pooling != v1::POOLING_UNSPECIFIED && pooling != v1::POOLING_MEAN &&
       pooling != v1::POOLING_NONE) {
-    return Answer(context, scope,
-                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                               absl::StrCat("pooling: unknown value ", pooling)));
+    return call->Answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     absl::StrCat("pooling: unknown value ", pooling)));
   }
   absl::StatusOr<std::vector<int64_t>> tokens =
       Tokens(*model, request->input_case() == v1::EmbedRequest::kText, request->text(),
              request->tokens().ids(), "text");
-  if (!tokens.ok()) return Answer(context, scope, ToGrpc(tokens.status()));
-  absl::StatusOr<Embedding> embedding =
-      model->embedder->Embed(*tokens, pooling != v1::POOLING_NONE);
-  if (!embedding.ok()) return Answer(context, scope, ToGrpc(embedding.status()));
-  response->set_dim(static_cast<int32_t>(embedding->dim));
-  response->set_tokens(static_cast<int32_t>(embedding->tokens));
-  response->mutable_values()->Add(embedding->values.begin(), embedding->values.end());
-  return Answer(context, scope, grpc::Status::OK);
+  if (!tokens.ok()) return call->Answer(ToGrpc(tokens.status()));
+  grpc::ServerUnaryReactor* reactor = call->reactor;
+  model->embedder->EmbedAsync(std::move(*tokens), pooling != v1::POOLING_NONE,
+                              [call, response](absl::StatusOr<Embedding> embedding) {
+                                if (embedding.ok()) {
+                                  response->set_dim(static_cast<int32_t>(embedding->dim));
+                                  response->set_tokens(static_cast<int32_t>(embedding->tokens));
+                                  response->mutable_values()->Add(embedding->values.begin(),
+                                                                  embedding->values.end());
+                                }
+                                call->Answer(ToGrpc(embedding.status()));
+                              });
+  return reactor;
 }
 
 }  // namespace performer::server

@@ -15,7 +15,6 @@
 namespace performer::server {
 
 struct ServiceOptions {
-  int64_t max_new_tokens_limit = 4096;  // cap on a request's max_new_tokens
   int64_t stream_buffer_tokens = 1024;  // slow-reader bound per stream
   std::vector<RpcObserver*> observers;  // not owned: metrics, request log
 };

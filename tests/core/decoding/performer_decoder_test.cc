@@ -315,7 +315,7 @@ TEST(PerformerDecoderTest, GenerateStopsAtMaxSeqLenAndEos) {
   ASSERT_TRUE(r.ok()) << r.status();
   // Positions 3..7 are fed, the token after position 7 is still emitted.
   EXPECT_EQ(r->tokens.size(), 6u);
-  EXPECT_EQ(r->finish, generation::FinishReason::kMaxSequenceLength);
+  EXPECT_EQ(r->finish, generation::FinishReason::kLength);
   greedy.eos_token_id = r->tokens[2];
   absl::StatusOr<GenerationResult> stopped = Generate(*decoder, {{1, 2, 3}, {}, {}}, greedy);
   ASSERT_TRUE(stopped.ok());

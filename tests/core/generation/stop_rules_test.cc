@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace performer::generation {
 namespace {
 
@@ -17,8 +20,11 @@ TEST(StopRulesTest, FinishReasonNames) {
   EXPECT_EQ(FinishReasonName(FinishReason::kNone), "none");
   EXPECT_EQ(FinishReasonName(FinishReason::kEos), "eos");
   EXPECT_EQ(FinishReasonName(FinishReason::kStopToken), "stop_token");
-  EXPECT_EQ(FinishReasonName(FinishReason::kMaxNewTokens), "length");
-  EXPECT_EQ(FinishReasonName(FinishReason::kMaxSequenceLength), "max_seq_len");
+  EXPECT_EQ(FinishReasonName(FinishReason::kLength), "length");
+  EXPECT_EQ(FinishReasonName(FinishReason::kStopString), "stop_string");
+  EXPECT_EQ(FinishReasonName(FinishReason::kCancelled), "cancelled");
+  EXPECT_EQ(FinishReasonName(FinishReason::kDeadline), "deadline");
+  EXPECT_EQ(FinishReasonName(FinishReason::kError), "error");
 }
 
 TEST(StopRulesTest, ContinuesOnOrdinaryToken) {
@@ -37,14 +43,14 @@ TEST(StopRulesTest, StopTokenWinsOverLimits) {
   EXPECT_EQ(CheckStop(StopRulesParams(), 5, 4, 100, 100), FinishReason::kStopToken);
 }
 
-TEST(StopRulesTest, MaxNewTokensWinsOverMaxSeqLen) {
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 4, 10, 100), FinishReason::kMaxNewTokens);
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 4, 100, 100), FinishReason::kMaxNewTokens);
+TEST(StopRulesTest, MaxNewTokensEndsWithLength) {
+  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 4, 10, 100), FinishReason::kLength);
+  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 4, 100, 100), FinishReason::kLength);
 }
 
 TEST(StopRulesTest, MaxSeqLenReached) {
   EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 99, 100), FinishReason::kNone);
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 100, 100), FinishReason::kMaxSequenceLength);
+  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 100, 100), FinishReason::kLength);
   // No limit when max_seq_len <= 0.
   EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 100000, 0), FinishReason::kNone);
 }
@@ -54,6 +60,50 @@ TEST(StopRulesTest, NoEosConfigured) {
   p.eos_token_id.reset();
   p.stop_token_ids.clear();
   EXPECT_EQ(CheckStop(p, 2, 1, 10, 100), FinishReason::kNone);
+}
+
+std::vector<StopStringMatcher::Match> ScanGrowing(StopStringMatcher& matcher,
+                                                  const std::vector<std::string>& pieces) {
+  std::vector<StopStringMatcher::Match> out;
+  std::string text;
+  for (const std::string& piece : pieces) {
+    text += piece;
+    out.push_back(matcher.Scan(text));
+  }
+  return out;
+}
+
+TEST(StopStringMatcherTest, WithoutStopStringsEverythingIsReleasable) {
+  StopStringMatcher matcher({});
+  EXPECT_TRUE(matcher.empty());
+  const auto m = matcher.Scan("hello");
+  EXPECT_FALSE(m.stopped);
+  EXPECT_EQ(m.releasable, 5u);
+}
+
+TEST(StopStringMatcherTest, HoldsBackAPossibleStartAndStopsAcrossPieces) {
+  StopStringMatcher matcher({"END"});
+  const auto m = ScanGrowing(matcher, {"abc", "E", "N", "D", "x"});
+  EXPECT_EQ(m[0].releasable, 3u);  // "abc"
+  EXPECT_EQ(m[1].releasable, 3u);  // "E" may start "END"
+  EXPECT_EQ(m[2].releasable, 3u);  // "EN" too
+  EXPECT_TRUE(m[3].stopped);
+  EXPECT_EQ(m[3].releasable, 6u);  // up to and including "END"
+}
+
+TEST(StopStringMatcherTest, ReleasesAHeldPrefixThatDidNotComplete) {
+  StopStringMatcher matcher({"END"});
+  const auto m = ScanGrowing(matcher, {"E", "x"});
+  EXPECT_EQ(m[0].releasable, 0u);
+  EXPECT_FALSE(m[1].stopped);
+  EXPECT_EQ(m[1].releasable, 2u);
+}
+
+TEST(StopStringMatcherTest, EarliestEndingStopStringWins) {
+  StopStringMatcher matcher({"bcd", "bc"});
+  const auto m = ScanGrowing(matcher, {"abcdef"});
+  EXPECT_TRUE(m[0].stopped);
+  EXPECT_EQ(m[0].releasable, 3u);  // "abc"
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/decoding/generate.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/model_folder.h"
+#include "tests/server/engine/fake_sequence_decoder.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::server {
@@ -26,26 +27,51 @@ struct Collected {
   StreamSummary summary;
 };
 
-Collected WaitFor(const std::shared_ptr<RequestStream>& stream) {
-  Collected out;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  stream->SetListener([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    RequestStream::Taken taken = stream->Take();
+// Every wait is bounded: a stream that does not finish within `timeout`
+// fails the test and comes back with a DEADLINE_EXCEEDED summary status.
+Collected WaitFor(const std::shared_ptr<RequestStream>& stream,
+                  absl::Duration timeout = absl::Seconds(60)) {
+  // Shared with the listener, which may still run after a timed-out wait.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Collected out;
+  };
+  auto state = std::make_shared<State>();
+  RequestStream* raw = stream.get();
+  stream->SetListener([state, raw] {
+    std::lock_guard<std::mutex> lock(state->mu);
+    RequestStream::Taken taken = raw->Take();
+    Collected& out = state->out;
     out.tokens.insert(out.tokens.end(), taken.chunk.token_ids.begin(), taken.chunk.token_ids.end());
     out.text += taken.chunk.text;
     if (taken.summary.has_value()) {
       out.summary = *taken.summary;
-      done = true;
-      cv.notify_all();
+      state->done = true;
+      state->cv.notify_all();
     }
   });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
+  std::unique_lock<std::mutex> lock(state->mu);
+  if (!state->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return state->done; })) {
+    ADD_FAILURE() << "the stream did not finish within " << timeout;
+    state->out.summary.status = absl::DeadlineExceededError("test wait timed out");
+  }
+  Collected out = state->out;
+  lock.unlock();
   stream->SetListener(nullptr);
   return out;
+}
+
+// Polls `condition` until it holds (true) or `timeout` passes (false).
+template <typename Condition>
+bool WaitUntil(Condition condition, absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
 }
 
 // Submits `r` and waits for its end. A refused submit fails the test and
@@ -65,10 +91,8 @@ Collected RunToEnd(Engine& engine, GenerationRequest r) {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!testing::FamilyPresent("performer")) {
-      GTEST_SKIP() << "fixture folder " << testing::FixtureRoot()
-                   << "/performer is absent: engine tests need its models";
-    }
+    ASSERT_TRUE(testing::FamilyPresent("performer"))
+        << "the repository's fixture folder " << testing::FixtureRoot() << "/performer is missing";
     dir_ = testing::FixtureRoot() + "/performer/lm_causal_default";
     auto fixture = testing::LoadCase("performer", "lm_causal_default");
     ASSERT_TRUE(fixture.ok()) << fixture.status();
@@ -115,7 +139,7 @@ TEST_F(EngineTest, GreedyMatchesTheFixtureAndTheCoreLoop) {
 }
 
 // A prompt longer than the chunk: the first chunk is one forward, the rest
-// is fed token by token inside the batched step. Same tokens as one prefill.
+// extend the sequence chunk by chunk. Same tokens as one prefill.
 TEST_F(EngineTest, ChunkedPrefillGivesTheSameTokens) {
   EngineOptions options;
   options.prefill_chunk_tokens = 3;
@@ -159,7 +183,7 @@ TEST_F(EngineTest, CancelFreesTheSlotAndEndsTheStream) {
   std::unique_ptr<Engine> engine = MakeEngine(1, options);
   auto stream = std::make_shared<RequestStream>();
   ASSERT_TRUE(engine->Submit(Greedy("a", {1, 2, 3}, 40), stream).ok());
-  while (engine->Stats().active == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitUntil([&] { return engine->Stats().active > 0; }));
   EXPECT_TRUE(engine->Cancel("a"));
   EXPECT_FALSE(engine->Cancel("unknown"));
   // The id is free as soon as Cancel returns; the old request still ends
@@ -206,7 +230,7 @@ TEST_F(EngineTest, QueueBoundsPriorityDrainAndDuplicates) {
   std::unique_ptr<Engine> engine = MakeEngine(1, options);
   auto running = std::make_shared<RequestStream>();
   ASSERT_TRUE(engine->Submit(Greedy("run", {1}, 30), running).ok());
-  while (engine->Stats().active == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitUntil([&] { return engine->Stats().active > 0; }));
   EXPECT_TRUE(absl::IsAlreadyExists(engine->Submit(Greedy("run", {1}, 3), nullptr)));
   auto low = std::make_shared<RequestStream>();
   auto high = std::make_shared<RequestStream>();
@@ -246,7 +270,7 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   r.source = {1};
   check(r, "source");
   r = Greedy("a", {1}, 3);
-  r.stop_strings = {"x"};
+  r.sampling.stop_strings = {"x"};
   check(r, "stop_strings");
   EXPECT_EQ(engine->Stats().queued, 0);
 }
@@ -275,6 +299,94 @@ TEST_F(EngineTest, SeededSamplingIsReproducible) {
     return RunToEnd(*engine, r).tokens;
   };
   EXPECT_EQ(run("x"), run("y"));
+}
+
+// The engine over a decoder that fails on demand: a failing call ends the
+// requests it served, with the decoder's status, and nothing else.
+class EngineErrorBoundaryTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> MakeEngine(fake::FakeSequenceDecoder** decoder, int64_t capacity = 4) {
+    auto owned = std::make_unique<fake::FakeSequenceDecoder>(/*vocab=*/16, capacity);
+    *decoder = owned.get();
+    return std::make_unique<Engine>("fake", std::move(owned), nullptr, EngineOptions{});
+  }
+  static GenerationRequest Request(std::string id, int64_t max_new) {
+    GenerationRequest r;
+    r.request_id = std::move(id);
+    r.prompt = {1, 2};
+    r.sampling = generation::SamplingParams::Greedy();
+    r.sampling.max_new_tokens = max_new;
+    return r;
+  }
+};
+
+TEST_F(EngineErrorBoundaryTest, TheFakeDecodersTokensComeThrough) {
+  fake::FakeSequenceDecoder* decoder = nullptr;
+  std::unique_ptr<Engine> engine = MakeEngine(&decoder);
+  Collected got = RunToEnd(*engine, Request("a", 4));
+  EXPECT_TRUE(got.summary.status.ok()) << got.summary.status;
+  EXPECT_EQ(got.tokens, (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_EQ(decoder->calls().creates, 1);
+  EXPECT_EQ(decoder->calls().releases, 1);
+}
+
+TEST_F(EngineErrorBoundaryTest, AThrowingStepFailsItsRequestsAndTheEngineServesOn) {
+  fake::FakeSequenceDecoder* decoder = nullptr;
+  std::unique_ptr<Engine> engine = MakeEngine(&decoder);
+  decoder->FailAt("step", 2, fake::FakeFailure::kThrow);
+  Collected failed = RunToEnd(*engine, Request("a", 10));
+  EXPECT_EQ(failed.summary.reason, FinishReason::kError);
+  EXPECT_TRUE(absl::IsInternal(failed.summary.status)) << failed.summary.status;
+  EXPECT_NE(failed.summary.status.message().find("fake step threw"), std::string::npos)
+      << failed.summary.status;
+  EXPECT_EQ(failed.tokens.size(), 2u);  // from the prefill and the first step
+  ASSERT_TRUE(engine->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(decoder->active(), 0);  // its slot was released
+  Collected next = RunToEnd(*engine, Request("b", 3));
+  EXPECT_TRUE(next.summary.status.ok()) << next.summary.status;
+  EXPECT_EQ(next.tokens.size(), 3u);
+}
+
+TEST_F(EngineErrorBoundaryTest, OutOfMemoryIsResourceExhausted) {
+  fake::FakeSequenceDecoder* decoder = nullptr;
+  std::unique_ptr<Engine> engine = MakeEngine(&decoder);
+  decoder->FailAt("prefill", 1, fake::FakeFailure::kOutOfMemory);
+  Collected failed = RunToEnd(*engine, Request("a", 3));
+  EXPECT_TRUE(absl::IsResourceExhausted(failed.summary.status)) << failed.summary.status;
+  EXPECT_TRUE(failed.tokens.empty());
+  EXPECT_TRUE(RunToEnd(*engine, Request("b", 3)).summary.status.ok());
+}
+
+TEST_F(EngineErrorBoundaryTest, AFailedStatusEndsOnlyThatCallsRequests) {
+  fake::FakeSequenceDecoder* decoder = nullptr;
+  std::unique_ptr<Engine> engine = MakeEngine(&decoder);
+  // The first request's prefill fails; the second, admitted in the same
+  // iteration, is unaffected.
+  decoder->FailAt("prefill", 1, fake::FakeFailure::kStatus);
+  auto first = std::make_shared<RequestStream>();
+  auto second = std::make_shared<RequestStream>();
+  ASSERT_TRUE(engine->Submit(Request("a", 3), first).ok());
+  ASSERT_TRUE(engine->Submit(Request("b", 3), second).ok());
+  Collected a = WaitFor(first);
+  Collected b = WaitFor(second);
+  EXPECT_TRUE(absl::IsInternal(a.summary.status)) << a.summary.status;
+  EXPECT_NE(a.summary.status.message().find("prefill"), std::string::npos) << a.summary.status;
+  EXPECT_TRUE(b.summary.status.ok()) << b.summary.status;
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{3, 4, 5}));
+}
+
+TEST_F(EngineErrorBoundaryTest, ChunkedPrefillUsesTheBudget) {
+  auto owned = std::make_unique<fake::FakeSequenceDecoder>(/*vocab=*/64, /*capacity=*/2);
+  fake::FakeSequenceDecoder* decoder = owned.get();
+  EngineOptions options;
+  options.prefill_chunk_tokens = 4;
+  Engine engine("fake", std::move(owned), nullptr, options);
+  GenerationRequest r = Request("long", 2);
+  r.prompt.assign(10, 1);
+  Collected got = RunToEnd(engine, r);
+  EXPECT_TRUE(got.summary.status.ok()) << got.summary.status;
+  EXPECT_EQ(decoder->calls().prefill_tokens, (std::vector<int64_t>{4}));
+  EXPECT_EQ(decoder->calls().extend_tokens, (std::vector<int64_t>{4, 2}));
 }
 
 }  // namespace

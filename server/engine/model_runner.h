@@ -1,0 +1,41 @@
+// The engine's runner: feeds the scheduler's prompt chunks and decode
+// batches to the model's SequenceDecoder. Every call returns a status:
+// whatever the decoder throws is turned into one here
+// (decoding/status_from_exception.h), so a failing model fails the
+// requests of that call and never the process.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/decoding/sequence_decoder.h"
+#include "server/engine/scheduler.h"
+
+namespace performer::server {
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(std::unique_ptr<decoding::SequenceDecoder> decoder);
+
+  const decoding::DecoderInfo& info() const { return decoder_->info(); }
+
+  // Feeds one prompt chunk. A first chunk takes a slot (Create) and runs
+  // Prefill with the request's source; the others Extend. Returns the
+  // logits [vocab] after the chunk's last token. On error the sequence
+  // keeps the slot it may have got until Release.
+  absl::StatusOr<torch::Tensor> Prefill(const PrefillChunk& chunk);
+  // One batched step feeding each sequence its last sampled token; logits
+  // [batch.size(), vocab], rows in batch order.
+  absl::StatusOr<torch::Tensor> Step(const std::vector<ScheduledSequence*>& batch);
+  // Frees the sequence's slot, if it has one.
+  void Release(ScheduledSequence& sequence);
+
+ private:
+  std::unique_ptr<decoding::SequenceDecoder> decoder_;
+};
+
+}  // namespace performer::server

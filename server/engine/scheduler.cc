@@ -1,0 +1,218 @@
+#include "server/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace performer::server {
+
+using generation::FinishReason;
+
+Scheduler::Scheduler(SchedulerOptions options) : options_(options) {}
+
+absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (draining_ || stopped_) {
+    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+  }
+  const std::string& id = sequence->request.request_id;
+  if (live_.count(id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("request_id ", id, " is already running"));
+  }
+  const int64_t queued = static_cast<int64_t>(queue_.size());
+  if (queued >= options_.max_queue && active_ + queued >= options_.capacity) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", options_.capacity, " sequence slots are busy and ", queued,
+                     " requests are waiting (the queue limit); retry later"));
+  }
+  // An idle scheduler's clock starts when work arrives, so a long idle
+  // period never reads as a stall.
+  if (queue_.empty() && active_ == 0) last_activity_ = sequence->accepted;
+  live_[id] = sequence->stream;
+  const int64_t priority = sequence->request.priority;
+  queue_.emplace(std::make_pair(-priority, arrivals_++), std::move(sequence));
+  wake_.notify_one();
+  return absl::OkStatus();
+}
+
+bool Scheduler::Cancel(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(request_id);
+  if (it == live_.end()) return false;
+  it->second->RequestCancel(FinishReason::kCancelled);
+  // The id is free from now on (the engine ends the request within an
+  // iteration), so a client may reuse it as soon as Cancel returns.
+  live_.erase(it);
+  wake_.notify_one();
+  return true;
+}
+
+bool Scheduler::WaitForWork() {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait(lock, [&] { return stopped_ || !queue_.empty() || !running_.empty(); });
+  return !stopped_;
+}
+
+IterationPlan Scheduler::Schedule(absl::Time now) {
+  IterationPlan plan;
+  std::lock_guard<std::mutex> lock(mu_);
+  // 1. Cancelled and expired requests: queued ones leave without a slot,
+  //    running ones end (their slots are freed by Retire).
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    ScheduledSequence& s = *it->second;
+    if (s.stream->cancel_reason() != FinishReason::kNone || s.request.deadline <= now) {
+      auto live = live_.find(s.request.request_id);
+      if (live != live_.end() && live->second == s.stream) live_.erase(live);
+      plan.dropped.push_back(std::move(it->second));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& s : running_) {
+    if (s->finished()) continue;
+    const FinishReason cancel = s->stream->cancel_reason();
+    if (cancel == FinishReason::kDeadline ||
+        (cancel == FinishReason::kNone && s->request.deadline <= now)) {
+      s->End(FinishReason::kDeadline, absl::DeadlineExceededError("the request's deadline passed"));
+    } else if (cancel != FinishReason::kNone) {
+      s->End(cancel);
+    }
+  }
+
+  // 2. Prefill chunks under the budget.
+  const int64_t chunk_tokens = options_.prefill_chunk_tokens;
+  int64_t budget = chunk_tokens;
+  int64_t chunks = 0;
+  const auto fits = [&](int64_t chunk) {
+    return chunks == 0 || (chunk <= budget && chunks < options_.max_prefills_per_step);
+  };
+  for (auto& s : running_) {
+    if (s->finished() || !s->prefilling()) continue;
+    const size_t end =
+        std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
+    const int64_t chunk = static_cast<int64_t>(end - s->prompt_fed);
+    if (!fits(chunk)) break;
+    budget -= chunk;
+    ++chunks;
+    plan.prefills.push_back({s.get(), s->prompt_fed, end, /*first=*/false});
+  }
+  while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.capacity) {
+    auto it = queue_.begin();
+    const size_t end =
+        std::min(it->second->request.prompt.size(), static_cast<size_t>(chunk_tokens));
+    if (!fits(static_cast<int64_t>(end))) break;
+    budget -= static_cast<int64_t>(end);
+    ++chunks;
+    std::unique_ptr<ScheduledSequence> s = std::move(it->second);
+    queue_.erase(it);
+    s->admitted = now;
+    plan.prefills.push_back({s.get(), 0, end, /*first=*/true});
+    running_.push_back(std::move(s));
+  }
+  active_ = static_cast<int64_t>(running_.size());
+  return plan;
+}
+
+std::vector<ScheduledSequence*> Scheduler::DecodeBatch() const {
+  std::vector<ScheduledSequence*> batch;
+  for (const auto& s : running_) {
+    if (s->finished() || s->prefilling() || !s->has_slot) continue;
+    // Cancelled since Schedule: no point feeding it.
+    if (s->stream->cancel_reason() != FinishReason::kNone) continue;
+    batch.push_back(s.get());
+  }
+  return batch;
+}
+
+std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire() {
+  std::vector<std::unique_ptr<ScheduledSequence>> retired;
+  const absl::Time now = absl::Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : running_) {
+    if (!s->finished()) continue;
+    NoteRetiredLocked(*s, now);
+    retired.push_back(std::move(s));
+  }
+  running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
+  active_ = static_cast<int64_t>(running_.size());
+  if (queue_.empty() && running_.empty()) idle_.notify_all();
+  return retired;
+}
+
+void Scheduler::NoteRetiredLocked(const ScheduledSequence& s, absl::Time now) {
+  auto live = live_.find(s.request.request_id);
+  if (live != live_.end() && live->second == s.stream) live_.erase(live);
+  const double seconds = absl::ToDoubleSeconds(now - s.accepted);
+  mean_request_seconds_ = 0.9 * mean_request_seconds_ + 0.1 * seconds;
+}
+
+std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::TakeAll() {
+  std::vector<std::unique_ptr<ScheduledSequence>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, s] : queue_) all.push_back(std::move(s));
+    queue_.clear();
+    for (auto& s : running_) all.push_back(std::move(s));
+    running_.clear();
+    live_.clear();
+    active_ = 0;
+  }
+  idle_.notify_all();
+  return all;
+}
+
+void Scheduler::BeginDrain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+bool Scheduler::draining() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draining_;
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    draining_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Scheduler::WaitUntilStopped() {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait(lock, [&] { return stopped_; });
+}
+
+bool Scheduler::WaitIdle(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [&] { return queue_.empty() && active_ == 0; });
+}
+
+Scheduler::Counts Scheduler::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {options_.capacity, active_, static_cast<int64_t>(queue_.size())};
+}
+
+absl::Duration Scheduler::RetryHint() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double capacity = static_cast<double>(std::max<int64_t>(1, options_.capacity));
+  const double queued = static_cast<double>(queue_.size());
+  const double seconds = mean_request_seconds_ * (queued + 1) / capacity;
+  return absl::Seconds(std::clamp(seconds, 0.05, 60.0));
+}
+
+absl::Time Scheduler::last_activity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_activity_;
+}
+
+void Scheduler::NoteIterationEnd(absl::Time when) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_activity_ = when;
+}
+
+}  // namespace performer::server

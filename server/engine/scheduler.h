@@ -1,0 +1,173 @@
+// The engine's scheduler: which request gets a state slot, which prompt
+// chunks run under the per-iteration prefill budget, and which sequences
+// join the decode step. It knows nothing of tensors or models: it sees a
+// sequence as a request, a prompt length and how much of it was fed.
+//
+// Policy, per iteration (Schedule):
+//   1. Queued requests that were cancelled or passed their deadline leave
+//      the queue (`dropped`); running sequences that were cancelled or
+//      passed their deadline are marked finished.
+//   2. Prefill chunks of at most prefill_chunk_tokens, under a budget of the
+//      same size and of max_prefills_per_step forwards (at least one chunk
+//      per iteration, so a prompt always progresses): first the next chunk
+//      of prompts already being prefilled, in admission order, then waiting
+//      requests by priority (FIFO among equals) while slots are free; their
+//      first chunk comes with the slot. Chunk boundaries depend only on the
+//      prompt, never on the budget left, so a request's tokens do not
+//      depend on what it is batched with.
+// After the prefills, DecodeBatch() is every sequence that has a sampled
+// token to feed; Retire() removes the finished ones.
+//
+// Thread-safety: Submit, Cancel, BeginDrain, Stats and WaitIdle may be
+// called from any thread; everything else from the engine thread only.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/generation/finish_reason.h"
+#include "server/engine/generation_request.h"
+#include "server/engine/request_stream.h"
+
+namespace performer::server {
+
+// Opaque to the scheduler: what the output stage keeps per sequence
+// (sampler, detokenizer, context); output_processor.h defines it.
+struct SequenceOutput;
+
+// One request from submission to retirement.
+struct ScheduledSequence {
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> stream;
+  absl::Time accepted;
+  absl::Time admitted = absl::InfinitePast();
+  absl::Time first_token = absl::InfinitePast();
+  absl::Time last_token_time = absl::InfinitePast();
+  uint64_t decoder_id = 0;  // the decoder's sequence id, once it has a slot
+  bool has_slot = false;
+  size_t prompt_fed = 0;    // prompt tokens the decoder has consumed
+  int64_t last_token = -1;  // sampled, still to be fed by the next step
+  int64_t generated = 0;    // tokens emitted
+  double prefill_seconds = 0;
+  generation::FinishReason finish = generation::FinishReason::kNone;
+  absl::Status status;  // non-OK: the request failed
+  // The output stage's state; its deleter is set with it, so that this
+  // header needs no definition of SequenceOutput.
+  std::unique_ptr<SequenceOutput, void (*)(SequenceOutput*)> output{nullptr, nullptr};
+
+  bool finished() const { return finish != generation::FinishReason::kNone; }
+  bool prefilling() const { return prompt_fed < request.prompt.size(); }
+  void End(generation::FinishReason reason, absl::Status why = absl::OkStatus()) {
+    finish = reason;
+    status = std::move(why);
+  }
+};
+
+struct SchedulerOptions {
+  int64_t capacity = 1;                // state slots of the decoder
+  int64_t max_queue = 256;             // waiting requests beyond the slots
+  int64_t prefill_chunk_tokens = 512;  // chunk size and per-iteration prefill budget
+  // Prefill forwards per iteration, whatever their size: each costs a pass
+  // over the weights, so many short prompts arriving at once would
+  // otherwise stall the running streams as much as one long one.
+  int64_t max_prefills_per_step = 4;
+};
+
+// One prompt chunk to feed: tokens [begin, end) of the sequence's prompt.
+// `first` chunks are fed by a fresh slot's Prefill, the others by Extend.
+struct PrefillChunk {
+  ScheduledSequence* sequence = nullptr;
+  size_t begin = 0;
+  size_t end = 0;
+  bool first = false;
+};
+
+struct IterationPlan {
+  // Left the queue without a slot (cancelled or expired): to be finished.
+  std::vector<std::unique_ptr<ScheduledSequence>> dropped;
+  // In order: continuing prompts, then new admissions.
+  std::vector<PrefillChunk> prefills;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerOptions options);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a sequence. UNAVAILABLE when draining or stopped,
+  // ALREADY_EXISTS for a live request_id, RESOURCE_EXHAUSTED when the
+  // queue is full. On error the sequence is not kept.
+  absl::Status Submit(std::unique_ptr<ScheduledSequence> sequence);
+  // Asks a queued or running request to end with kCancelled (its stream's
+  // cancel); false if no live request has this id.
+  bool Cancel(const std::string& request_id);
+
+  // Engine thread: blocks until there is work or Stop(); false when stopped.
+  bool WaitForWork();
+  IterationPlan Schedule(absl::Time now);
+  // Every running sequence that has a token to feed: not finished, not
+  // cancelled, its prompt complete.
+  std::vector<ScheduledSequence*> DecodeBatch() const;
+  // Removes the finished running sequences (their ids leave the live set at
+  // once, so a client may reuse an id as soon as it hears of the end).
+  std::vector<std::unique_ptr<ScheduledSequence>> Retire();
+  // After Stop(): every queued and running sequence, removed.
+  std::vector<std::unique_ptr<ScheduledSequence>> TakeAll();
+  const std::vector<std::unique_ptr<ScheduledSequence>>& running() const { return running_; }
+
+  // New submissions get UNAVAILABLE; queued and running requests go on.
+  void BeginDrain();
+  bool draining() const;
+  // Wakes WaitForWork for good; new submissions get UNAVAILABLE.
+  void Stop();
+  // Blocks until Stop() (the engine's stall test hook).
+  void WaitUntilStopped();
+  // True once nothing is queued or running (false at the timeout).
+  bool WaitIdle(absl::Duration timeout);
+
+  struct Counts {
+    int64_t capacity = 0;
+    int64_t active = 0;  // sequences holding or about to hold a slot
+    int64_t queued = 0;
+  };
+  Counts counts() const;
+  // The expected wait for a slot, from the mean request time: for the
+  // RESOURCE_EXHAUSTED retry hint.
+  absl::Duration RetryHint() const;
+  // When work arrived at an idle scheduler, or the last iteration ended.
+  absl::Time last_activity() const;
+  void NoteIterationEnd(absl::Time when);
+
+ private:
+  void NoteRetiredLocked(const ScheduledSequence& sequence, absl::Time now);
+
+  const SchedulerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  // Waiting sequences by (-priority, arrival number).
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScheduledSequence>> queue_;
+  int64_t arrivals_ = 0;
+  // Queued and running requests by id.
+  std::unordered_map<std::string, std::shared_ptr<RequestStream>> live_;
+  // Engine thread only (read under mu_ for counts via active_).
+  std::vector<std::unique_ptr<ScheduledSequence>> running_;
+  int64_t active_ = 0;
+  bool draining_ = false;
+  bool stopped_ = false;
+  double mean_request_seconds_ = 1.0;
+  absl::Time last_activity_ = absl::Now();
+};
+
+}  // namespace performer::server

@@ -1,0 +1,194 @@
+#include "server/engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace performer::server {
+namespace {
+
+using generation::FinishReason;
+
+std::unique_ptr<ScheduledSequence> Seq(const std::string& id, size_t prompt_tokens,
+                                       int32_t priority = 0) {
+  auto s = std::make_unique<ScheduledSequence>();
+  s->request.request_id = id;
+  s->request.prompt.assign(prompt_tokens, 1);
+  s->request.priority = priority;
+  s->stream = std::make_shared<RequestStream>();
+  s->accepted = absl::Now();
+  return s;
+}
+
+SchedulerOptions Options(int64_t capacity, int64_t chunk = 8, int64_t max_prefills = 4,
+                         int64_t max_queue = 16) {
+  SchedulerOptions o;
+  o.capacity = capacity;
+  o.prefill_chunk_tokens = chunk;
+  o.max_prefills_per_step = max_prefills;
+  o.max_queue = max_queue;
+  return o;
+}
+
+std::vector<std::string> Ids(const IterationPlan& plan) {
+  std::vector<std::string> ids;
+  for (const PrefillChunk& c : plan.prefills) ids.push_back(c.sequence->request.request_id);
+  return ids;
+}
+
+// What the engine does after a plan: every chunk fed, and a sequence whose
+// prompt is complete has a token to step.
+void Feed(const IterationPlan& plan) {
+  for (const PrefillChunk& c : plan.prefills) {
+    c.sequence->has_slot = true;
+    c.sequence->prompt_fed = c.end;
+  }
+}
+
+TEST(SchedulerTest, AdmitsByPriorityThenArrivalWhileSlotsLast) {
+  Scheduler scheduler(Options(/*capacity=*/2));
+  ASSERT_TRUE(scheduler.Submit(Seq("low", 2)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("high", 2, /*priority=*/5)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("low2", 2)).ok());
+  IterationPlan plan = scheduler.Schedule(absl::Now());
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"high", "low"}));
+  for (const PrefillChunk& c : plan.prefills) EXPECT_TRUE(c.first);
+  EXPECT_EQ(scheduler.counts().active, 2);
+  EXPECT_EQ(scheduler.counts().queued, 1);
+  // No slot is free: nothing is admitted until one retires.
+  Feed(plan);
+  EXPECT_TRUE(Ids(scheduler.Schedule(absl::Now())).empty());
+  scheduler.running()[0]->End(FinishReason::kLength);
+  EXPECT_EQ(scheduler.Retire().size(), 1u);
+  EXPECT_EQ(Ids(scheduler.Schedule(absl::Now())), (std::vector<std::string>{"low2"}));
+}
+
+TEST(SchedulerTest, ChunksLongPromptsUnderTheBudgetAndContinuesThemFirst) {
+  Scheduler scheduler(Options(/*capacity=*/4, /*chunk=*/8));
+  ASSERT_TRUE(scheduler.Submit(Seq("long", 20)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("short", 3)).ok());
+  IterationPlan first = scheduler.Schedule(absl::Now());
+  // "long" takes the whole budget of 8 tokens; "short" waits.
+  ASSERT_EQ(Ids(first), (std::vector<std::string>{"long"}));
+  EXPECT_EQ(first.prefills[0].begin, 0u);
+  EXPECT_EQ(first.prefills[0].end, 8u);
+  Feed(first);
+  IterationPlan second = scheduler.Schedule(absl::Now());
+  ASSERT_EQ(Ids(second), (std::vector<std::string>{"long"}));
+  EXPECT_FALSE(second.prefills[0].first);
+  EXPECT_EQ(second.prefills[0].begin, 8u);
+  EXPECT_EQ(second.prefills[0].end, 16u);
+  Feed(second);
+  // The last 4 tokens of "long", then "short" (3) within the budget of 8.
+  IterationPlan third = scheduler.Schedule(absl::Now());
+  EXPECT_EQ(Ids(third), (std::vector<std::string>{"long", "short"}));
+  EXPECT_EQ(third.prefills[0].end, 20u);
+  EXPECT_TRUE(third.prefills[1].first);
+  Feed(third);
+  EXPECT_EQ(scheduler.DecodeBatch().size(), 2u);
+}
+
+TEST(SchedulerTest, BoundsPrefillForwardsPerIteration) {
+  Scheduler scheduler(Options(/*capacity=*/8, /*chunk=*/100, /*max_prefills=*/2));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(scheduler.Submit(Seq("r" + std::to_string(i), 1)).ok());
+  for (size_t expected : {2u, 2u, 1u}) {
+    IterationPlan plan = scheduler.Schedule(absl::Now());
+    EXPECT_EQ(plan.prefills.size(), expected);
+    Feed(plan);
+  }
+}
+
+TEST(SchedulerTest, AlwaysRunsOneChunk) {
+  // A budget of 4 tokens and a prompt of 3 after one of 2: the second does
+  // not fit this iteration, the first always runs.
+  Scheduler scheduler(Options(/*capacity=*/4, /*chunk=*/4));
+  ASSERT_TRUE(scheduler.Submit(Seq("a", 2)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("b", 3)).ok());
+  IterationPlan plan = scheduler.Schedule(absl::Now());
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a"}));
+  Feed(plan);
+  EXPECT_EQ(Ids(scheduler.Schedule(absl::Now())), (std::vector<std::string>{"b"}));
+}
+
+TEST(SchedulerTest, RefusesWhenTheQueueIsFullDuplicatesAndWhileDraining) {
+  Scheduler scheduler(Options(/*capacity=*/1, 8, 4, /*max_queue=*/1));
+  ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());
+  Feed(scheduler.Schedule(absl::Now()));  // "a" holds the slot
+  ASSERT_TRUE(scheduler.Submit(Seq("b", 1)).ok());
+  EXPECT_EQ(scheduler.Submit(Seq("b", 1)).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(scheduler.Submit(Seq("c", 1)).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_GE(scheduler.RetryHint(), absl::Milliseconds(50));
+  scheduler.BeginDrain();
+  EXPECT_TRUE(scheduler.draining());
+  EXPECT_EQ(scheduler.Submit(Seq("d", 1)).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(SchedulerTest, CancelAtEachStage) {
+  Scheduler scheduler(Options(/*capacity=*/1, /*chunk=*/2));
+  ASSERT_TRUE(scheduler.Submit(Seq("running", 4)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("queued", 1)).ok());
+  IterationPlan plan = scheduler.Schedule(absl::Now());
+  Feed(plan);  // "running" is half prefilled
+  EXPECT_FALSE(scheduler.Cancel("nope"));
+  EXPECT_TRUE(scheduler.Cancel("queued"));
+  EXPECT_TRUE(scheduler.Cancel("running"));
+  // The ids are free at once.
+  EXPECT_TRUE(scheduler.Submit(Seq("queued", 1)).ok());
+  plan = scheduler.Schedule(absl::Now());
+  ASSERT_EQ(plan.dropped.size(), 1u);
+  EXPECT_EQ(plan.dropped[0]->stream->cancel_reason(), FinishReason::kCancelled);
+  // The cancelled prompt gets no more chunks and is not stepped.
+  EXPECT_TRUE(plan.prefills.empty());
+  EXPECT_TRUE(scheduler.DecodeBatch().empty());
+  ASSERT_EQ(scheduler.running().size(), 1u);
+  EXPECT_EQ(scheduler.running()[0]->finish, FinishReason::kCancelled);
+  EXPECT_EQ(scheduler.Retire().size(), 1u);
+  EXPECT_EQ(Ids(scheduler.Schedule(absl::Now())), (std::vector<std::string>{"queued"}));
+}
+
+TEST(SchedulerTest, CancelAfterScheduleKeepsTheSequenceOutOfTheStep) {
+  Scheduler scheduler(Options(/*capacity=*/2));
+  ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("b", 1)).ok());
+  Feed(scheduler.Schedule(absl::Now()));
+  ASSERT_TRUE(scheduler.Cancel("a"));
+  const std::vector<ScheduledSequence*> batch = scheduler.DecodeBatch();
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0]->request.request_id, "b");
+}
+
+TEST(SchedulerTest, DeadlinesExpireQueuedAndRunningRequests) {
+  Scheduler scheduler(Options(/*capacity=*/1));
+  auto running = Seq("running", 1);
+  running->request.deadline = absl::Now() + absl::Hours(1);
+  auto queued = Seq("queued", 1);
+  queued->request.deadline = absl::Now() + absl::Hours(1);
+  ASSERT_TRUE(scheduler.Submit(std::move(running)).ok());
+  ASSERT_TRUE(scheduler.Submit(std::move(queued)).ok());
+  Feed(scheduler.Schedule(absl::Now()));
+  IterationPlan later = scheduler.Schedule(absl::Now() + absl::Hours(2));
+  ASSERT_EQ(later.dropped.size(), 1u);
+  EXPECT_EQ(later.dropped[0]->request.request_id, "queued");
+  ASSERT_EQ(scheduler.running().size(), 1u);
+  EXPECT_EQ(scheduler.running()[0]->finish, FinishReason::kDeadline);
+  EXPECT_EQ(scheduler.running()[0]->status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(SchedulerTest, DrainWaitsForIdleAndStopHandsEverythingBack) {
+  Scheduler scheduler(Options(/*capacity=*/1));
+  ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("b", 1)).ok());
+  Feed(scheduler.Schedule(absl::Now()));
+  scheduler.BeginDrain();
+  EXPECT_FALSE(scheduler.WaitIdle(absl::Milliseconds(10)));
+  scheduler.Stop();
+  EXPECT_FALSE(scheduler.WaitForWork());
+  EXPECT_EQ(scheduler.TakeAll().size(), 2u);
+  EXPECT_TRUE(scheduler.WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(scheduler.counts().active, 0);
+}
+
+}  // namespace
+}  // namespace performer::server
