@@ -15,21 +15,42 @@
 namespace performer::testing {
 namespace fs = std::filesystem;
 
-std::string FixtureRoot() {
+const char* FixtureSourceName(FixtureSource source) {
+  return source == FixtureSource::kRepository ? "repository" : "external";
+}
+
+std::string RepositoryFixtureRoot() { return PERFORMER_REPOSITORY_FIXTURES; }
+
+std::string RepositoryModelsRoot() { return PERFORMER_REPOSITORY_MODELS; }
+
+std::string ExternalFixtureRoot() {
   const char* env = std::getenv("PERFORMER_FIXTURES");
   if (env != nullptr && env[0] != '\0') return env;
   return PERFORMER_FIXTURES_DEFAULT;
 }
 
-bool FamilyPresent(const std::string& family) {
-  return fs::is_directory(fs::path(FixtureRoot()) / family);
+bool ExternalFixturesPresent() {
+  std::error_code ec;
+  const fs::path external = ExternalFixtureRoot();
+  if (!fs::is_directory(external, ec)) return false;
+  return !fs::equivalent(external, RepositoryFixtureRoot(), ec);
 }
 
-std::vector<std::string> ListCases(const std::string& family) {
-  std::vector<std::string> names;
-  fs::path dir = fs::path(FixtureRoot()) / family;
+std::string FixtureRoot(FixtureSource source) {
+  return source == FixtureSource::kRepository ? RepositoryFixtureRoot() : ExternalFixtureRoot();
+}
+
+bool FamilyPresent(const std::string& family, FixtureSource source) {
+  if (source == FixtureSource::kExternal && !ExternalFixturesPresent()) return false;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return names;
+  return fs::is_directory(fs::path(FixtureRoot(source)) / family, ec);
+}
+
+std::vector<std::string> ListCases(const std::string& family, FixtureSource source) {
+  std::vector<std::string> names;
+  if (!FamilyPresent(family, source)) return names;
+  const fs::path dir = fs::path(FixtureRoot(source)) / family;
+  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.is_directory() && fs::exists(entry.path() / "case.json")) {
       names.push_back(entry.path().filename().string());
@@ -55,11 +76,11 @@ double FixtureCase::atol() const { return spec.at("tolerance").value("atol", 0.0
 double FixtureCase::rtol() const { return spec.at("tolerance").value("rtol", 0.0); }
 
 absl::StatusOr<FixtureCase> LoadCase(const std::string& family, const std::string& name,
-                                     torch::Device device) {
+                                     torch::Device device, FixtureSource source) {
   FixtureCase c;
   c.name = name;
   c.device = device;
-  c.dir = (fs::path(FixtureRoot()) / family / name).string();
+  c.dir = (fs::path(FixtureRoot(source)) / family / name).string();
   std::ifstream in(fs::path(c.dir) / "case.json");
   if (!in) return absl::NotFoundError(absl::StrCat(c.dir, "/case.json: cannot open"));
   c.spec = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

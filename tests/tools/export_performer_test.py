@@ -2,8 +2,7 @@
 """Tests of tools/export_performer.py against the golden performer fixtures.
 
 Run: /usr/bin/python3 tests/tools/export_performer_test.py   (needs torch + numpy)
-Fixture root: $PERFORMER_FIXTURES (default <repo>/../shared/fixtures); when <root>/performer is
-absent the test prints a message and exits 0 (skip).
+Fixtures: the repository's own, <repo>/tests/fixtures/performer (missing, the test fails).
 
 For every fixture case, its config.json + weights.safetensors are turned into a checkpoint
 {"state_dict", "config", "model_class"} saved with torch.save, exported again, and compared:
@@ -31,7 +30,7 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORTER = os.path.join(REPO, "tools", "export_performer.py")
-FIXTURES = os.environ.get("PERFORMER_FIXTURES") or os.path.join(REPO, "..", "shared", "fixtures")
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
 FAMILY = os.path.join(FIXTURES, "performer")
 PYTHON = sys.executable
 ALIAS = "performer.proj_updater.instance."
@@ -123,7 +122,7 @@ class ExportPerformerTest(unittest.TestCase):
         for p in cls.procs.values():
             if p.poll() is None:
                 p.kill()
-            p.communicate()
+            p.communicate(timeout=30)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def proc(self, name):
@@ -357,6 +356,6 @@ class ExportPerformerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     if not os.path.isdir(FAMILY):
-        print("SKIP: fixture folder %s is absent (set PERFORMER_FIXTURES)" % FAMILY)
-        sys.exit(0)
+        print("error: fixture folder %s is missing from the checkout" % FAMILY, file=sys.stderr)
+        sys.exit(1)
     unittest.main(verbosity=2)

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# End-to-end check of tools/export_performer.py: every performer fixture's weights are turned into a
-# PyTorch checkpoint (.pt), exported again with the CLI, and the C++ parity suite is run on the
-# exported folders instead of the originals (case.json and io.safetensors are copied unchanged), so
-# the C++ outputs must still match the goldens.
+# End-to-end check of tools/export_performer.py: every performer fixture's weights (the
+# repository's tests/fixtures/performer) are turned into a PyTorch checkpoint (.pt), exported again
+# with the CLI, and the C++ parity suite is run on the exported folders instead of the originals
+# (case.json and io.safetensors are copied unchanged), so the C++ outputs must still match the
+# goldens. The exported tree is handed to the parity binary as its external root
+# (PERFORMER_FIXTURES), whose cases it runs as External/PerformerParity.Case/<case>.
 #
 # Usage: export_roundtrip_test.sh PATH/TO/performer_parity_tests
 # Environment:
-#   PERFORMER_FIXTURES       fixture root (default <repo>/../shared/fixtures); skip (exit 0) when
-#                            <root>/performer is absent
 #   PYTHON                   Python with torch + numpy (default /usr/bin/python3)
-#   PARITY_FILTER            gtest filter (default *PerformerParity*)
+#   PARITY_FILTER            gtest filter (default External/PerformerParity.*)
 #   EXPORT_ROUNDTRIP_KEEP=1  keep the temporary fixture tree (its path is printed)
-# Exit status: the parity binary's; 77 when the filter selects no test (nothing was checked);
-# non-zero when an export fails.
+#   STEP_TIMEOUT             seconds each step (conversion, each export, the parity run) may take
+#                            (default 600)
+# Exit status: the parity binary's; 1 when the filter selects no test (nothing was checked), an
+# export fails or the fixtures are missing.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -22,14 +24,14 @@ fi
 BIN=$1
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-ROOT=${PERFORMER_FIXTURES:-$REPO/../shared/fixtures}
+ROOT=$REPO/tests/fixtures
 PY=${PYTHON:-/usr/bin/python3}
 EXPORTER=$REPO/tools/export_performer.py
-FILTER=${PARITY_FILTER:-*PerformerParity*}
+FILTER=${PARITY_FILTER:-External/PerformerParity.*}
 
 if [[ ! -d $ROOT/performer ]]; then
-  echo "SKIP: fixture folder $ROOT/performer is absent (set PERFORMER_FIXTURES)"
-  exit 0
+  echo "error: fixture folder $ROOT/performer is missing from the checkout" >&2
+  exit 1
 fi
 if [[ ! -x $BIN ]]; then
   echo "error: parity test binary '$BIN' is not executable" >&2
@@ -60,9 +62,12 @@ if [[ ${#cases[@]} -eq 0 ]]; then
 fi
 echo "round-tripping ${#cases[@]} cases from $ROOT/performer through .pt checkpoints"
 
+# Every step runs under `timeout` (seconds): a hung step fails the test.
+STEP_TIMEOUT=${STEP_TIMEOUT:-600}
+
 # 1. Original weights -> .pt (checkpoint dict with state_dict, constructor keywords, model_class),
 #    read with the exporter's own safetensors reader.
-"$PY" - "$EXPORTER" "$ROOT/performer" "$TMP/ckpt" "${cases[@]}" <<'PYEOF'
+timeout "$STEP_TIMEOUT" "$PY" - "$EXPORTER" "$ROOT/performer" "$TMP/ckpt" "${cases[@]}" <<'PYEOF'
 import importlib.util, json, os, sys
 import torch
 spec = importlib.util.spec_from_file_location("export_performer", sys.argv[1])
@@ -81,12 +86,12 @@ PYEOF
 # 2. .pt -> exporter CLI (float32: other dtypes change the outputs), a few processes at a time.
 JOBS=$(nproc 2>/dev/null || echo 2)
 printf '%s\n' "${cases[@]}" | xargs -P "$JOBS" -n 1 bash -c '
-  py=$1 exporter=$2 tmp=$3 case=$4
-  if ! "$py" "$exporter" "$tmp/ckpt/$case.pt" "$tmp/performer/$case" >"$tmp/log/$case.log" 2>&1; then
+  py=$1 exporter=$2 tmp=$3 step_timeout=$4 case=$5
+  if ! timeout "$step_timeout" "$py" "$exporter" "$tmp/ckpt/$case.pt" "$tmp/performer/$case" >"$tmp/log/$case.log" 2>&1; then
     echo "error: export of $case failed:" >&2
     cat "$tmp/log/$case.log" >&2
     exit 1
-  fi' _ "$PY" "$EXPORTER" "$TMP" || { echo "error: exporting failed" >&2; exit 1; }
+  fi' _ "$PY" "$EXPORTER" "$TMP" "$STEP_TIMEOUT" || { echo "error: exporting failed" >&2; exit 1; }
 
 # 3. Everything else of the case (case.json, io.safetensors, ...) is copied unchanged.
 for case in "${cases[@]}"; do
@@ -104,11 +109,11 @@ done
 [[ -f $ROOT/performer/README.md ]] && cp "$ROOT/performer/README.md" "$TMP/performer/"
 
 # 4. The C++ parity suite on the exported tree. A filter that selects nothing would pass vacuously.
-listing=$(PERFORMER_FIXTURES=$TMP "$BIN" --gtest_list_tests --gtest_filter="$FILTER")
+listing=$(PERFORMER_FIXTURES=$TMP timeout "$STEP_TIMEOUT" "$BIN" --gtest_list_tests --gtest_filter="$FILTER")
 if ! grep -q '^  ' <<<"$listing"; then
-  echo "SKIP: '$BIN' has no test matching --gtest_filter='$FILTER'; parity not checked" >&2
-  exit 77
+  echo "error: '$BIN' has no test matching --gtest_filter='$FILTER'; parity not checked" >&2
+  exit 1
 fi
 rc=0
-PERFORMER_FIXTURES=$TMP "$BIN" --gtest_filter="$FILTER" || rc=$?
+PERFORMER_FIXTURES=$TMP timeout "$STEP_TIMEOUT" "$BIN" --gtest_filter="$FILTER" || rc=$?
 exit "$rc"
