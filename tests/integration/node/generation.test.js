@@ -13,6 +13,11 @@ const h = require('./harness');
 const MODEL = 'lm_causal_default';
 const SERVICE = 'performer.v1.Generation';
 const MAX_BATCH = 4;
+// Every test and hook gives up after this long (the calls inside carry
+// their own, shorter deadlines).
+const TIMEOUT = {timeout: 90000};
+// The server's start may take its harness STARTUP_TIMEOUT_MS (120 s).
+const HOOK_TIMEOUT = {timeout: 150000};
 
 let server;
 let client;
@@ -31,7 +36,7 @@ before(async () => {
   health = new healthPkg.Health(server.address, h.grpc.credentials.createInsecure());
   io = h.loadSafetensors(path.join(h.fixtureDir(MODEL), 'io.safetensors'));
   config = require(path.join(h.fixtureDir(MODEL), 'config.json'));
-});
+}, HOOK_TIMEOUT);
 
 after(async () => {
   if (client) client.close();
@@ -40,9 +45,9 @@ after(async () => {
     const code = await server.stop();
     assert.equal(code, 0, `performer-serve exit code after SIGTERM\n${server.log}`);
   }
-});
+}, HOOK_TIMEOUT);
 
-test('ListModels and GetModel describe the model', async () => {
+test('ListModels and GetModel describe the model', TIMEOUT, async () => {
   const list = await h.call(client, 'ListModels', {});
   assert.equal(list.default_model, MODEL);
   const model = list.models.find((m) => m.name === MODEL);
@@ -59,7 +64,7 @@ test('ListModels and GetModel describe the model', async () => {
   assert.deepEqual(got, model);
 });
 
-test('streaming == unary == fixture greedy tokens', async () => {
+test('streaming == unary == fixture greedy tokens', TIMEOUT, async () => {
   const prompt = io.prompt.values;
   const expected = io.greedy_tokens.values;
   const request = {
@@ -84,7 +89,7 @@ test('streaming == unary == fixture greedy tokens', async () => {
   assert.equal(unary.usage.generated_tokens, expected.length);
 });
 
-test('INVALID_ARGUMENT names the field', async () => {
+test('INVALID_ARGUMENT names the field', TIMEOUT, async () => {
   const bad = {model: MODEL, prompt_tokens: {ids: [1, 2, 3]}, max_new_tokens: 4, temperature: -1};
   await assert.rejects(h.call(client, 'Generate', bad), (err) => {
     assert.equal(err.code, h.grpc.status.INVALID_ARGUMENT, err.details);
@@ -110,7 +115,7 @@ test('INVALID_ARGUMENT names the field', async () => {
   });
 });
 
-test('client cancel mid-stream frees the slot', async () => {
+test('client cancel mid-stream frees the slot', TIMEOUT, async () => {
   const request = {model: MODEL, prompt_tokens: {ids: [5, 17, 42, 8]}, max_new_tokens: 40,
     temperature: 0};
   let cancelled = false;
@@ -143,7 +148,7 @@ test('client cancel mid-stream frees the slot', async () => {
   assert.equal(after.token_ids.length, 2);
 });
 
-test('grpc.health.v1 Check reports SERVING', async () => {
+test('grpc.health.v1 Check reports SERVING', TIMEOUT, async () => {
   for (const service of ['', SERVICE, `${SERVICE}/${MODEL}`]) {
     const response = await h.call(health, 'Check', {service});
     assert.equal(response.status, 'SERVING', `health of '${service}'`);

@@ -6,8 +6,8 @@
 //
 // Environment (set by ctest, see ../CMakeLists.txt):
 //   PERFORMER_SERVE             the server binary (default <repo>/build/server/performer-serve)
-//   PERFORMER_FIXTURES          fixture root, else PERFORMER_FIXTURES_DEFAULT,
-//                               else <repo>/../shared/fixtures
+// The fixtures are the repository's own, <repo>/tests/fixtures. Every wait
+// has a timeout: calls carry deadlines, the start and the stop give up.
 //   PROTO_DIR                   <repo>/proto
 //   NODE_PATH                   the node_modules that `npm ci` installed
 
@@ -20,12 +20,12 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
 const REPO = path.resolve(__dirname, '..', '..', '..');
-const SKIP_EXIT_CODE = 77;
 const STARTUP_TIMEOUT_MS = 120000;
+// After SIGKILL, how long stop() waits for the exit to be reported.
+const KILL_WAIT_MS = 10000;
 
 function fixturesRoot() {
-  return process.env.PERFORMER_FIXTURES || process.env.PERFORMER_FIXTURES_DEFAULT ||
-      path.join(REPO, '..', 'shared', 'fixtures');
+  return path.join(REPO, 'tests', 'fixtures');
 }
 
 function fixtureDir(name) {
@@ -193,13 +193,25 @@ class Server {
     if (this.proc && this.exitCode === undefined) this.proc.kill('SIGKILL');
   }
 
+  // SIGTERM, then SIGKILL after `timeoutMs`; resolves the exit code, or
+  // rejects when even SIGKILL brought no exit within KILL_WAIT_MS.
   async stop(timeoutMs = 30000) {
     if (!this.proc) return undefined;
     if (this.exitCode === undefined) {
       this.proc.kill('SIGTERM');
       const timer = setTimeout(() => this.kill(), timeoutMs);
-      await this.exited;
-      clearTimeout(timer);
+      let giveUp;
+      const gaveUp = new Promise((resolve, reject) => {
+        giveUp = setTimeout(() => reject(new Error(
+            `performer-serve did not exit ${(timeoutMs + KILL_WAIT_MS) / 1000} s after SIGTERM`)),
+        timeoutMs + KILL_WAIT_MS);
+      });
+      try {
+        await Promise.race([this.exited, gaveUp]);
+      } finally {
+        clearTimeout(timer);
+        clearTimeout(giveUp);
+      }
     }
     return this.exitCode;
   }
@@ -224,9 +236,12 @@ function call(client, method, request, seconds = 30) {
 }
 
 // Server-streaming call: resolves {messages, error}; onMessage(stream, msg)
-// is called for each message.
+// is called for each message. The call's deadline ends it, and a 'status'
+// that has not come 10 s after the deadline rejects.
 function collectStream(client, request, {seconds = 60, onMessage} = {}) {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
+    const guard = setTimeout(() => reject(new Error(
+        `GenerateStream: no status ${seconds + 10} s after the call began`)), (seconds + 10) * 1000);
     const stream = client.GenerateStream(request, {deadline: deadlineIn(seconds)});
     const messages = [];
     let error = null;
@@ -238,6 +253,7 @@ function collectStream(client, request, {seconds = 60, onMessage} = {}) {
     // 'status' comes once, last; data still buffered in the stream is
     // emitted on process.nextTick, before setImmediate runs.
     stream.on('status', (status) => {
+      clearTimeout(guard);
       setImmediate(() => resolve({messages, error, status,
         tokens: messages.flatMap((m) => m.token_ids)}));
     });
@@ -254,5 +270,5 @@ process.on('exit', cleanup);
 
 module.exports = {
   grpc, fixturesRoot, fixtureDir, serverBinary, loadSafetensors, makeRepository,
-  loadGeneration, loadHealth, Server, sleep, call, collectStream, cleanup, SKIP_EXIT_CODE,
+  loadGeneration, loadHealth, Server, sleep, call, collectStream, cleanup,
 };

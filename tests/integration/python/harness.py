@@ -1,15 +1,20 @@
 """Shared helpers of the performer-serve integration tests.
 
-* the golden fixtures ($PERFORMER_FIXTURES, else $PERFORMER_FIXTURES_DEFAULT,
-  else <repo>/../shared/fixtures) and a pure-Python safetensors reader;
+* the golden fixtures the repository carries (<repo>/tests/fixtures; an
+  external PERFORMER_FIXTURES root is for the parity suite, not read here)
+  and a pure-Python safetensors reader;
 * ModelRepository: a temporary model repository built from fixture folders
   (copied, optionally with a tokenizer.json / generation_config.json added);
 * Server: starts performer-serve ($PERFORMER_SERVE, else
   <repo>/build/server/performer-serve) on 127.0.0.1 with --port=0
-  --port_file=..., waits until the port file appears (the server is ready),
-  and always stops it again (the child also gets SIGKILL when this process
-  dies, via PR_SET_PDEATHSIG);
+  --port_file=..., waits (at most STARTUP_TIMEOUT_S) until the port file
+  appears (the server is ready), and always stops it again (the child also
+  gets SIGKILL when this process dies, via PR_SET_PDEATHSIG);
 * small gRPC helpers (collect a stream, expect an error, poll GetModel).
+
+Every wait here has a timeout: RPCs carry deadlines, process waits and
+polling loops give up, so that a hung server fails a test instead of
+holding it until ctest's TIMEOUT.
 
 The generated stubs (performer.v1, grpc_health.v1, grpc_reflection.v1alpha)
 must be importable: ctest puts <build>/python on PYTHONPATH.
@@ -38,7 +43,6 @@ from performer.v1 import generation_pb2_grpc as pb_grpc
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
-SKIP_EXIT_CODE = 77
 STARTUP_TIMEOUT_S = float(os.environ.get("PERFORMER_STARTUP_TIMEOUT", "120"))
 
 
@@ -46,12 +50,12 @@ STARTUP_TIMEOUT_S = float(os.environ.get("PERFORMER_STARTUP_TIMEOUT", "120"))
 # Fixtures
 # ---------------------------------------------------------------------------
 
+# How long to wait for a process that was sent SIGKILL to be reaped.
+KILL_WAIT_S = 30
+
+
 def fixtures_root():
-    for var in ("PERFORMER_FIXTURES", "PERFORMER_FIXTURES_DEFAULT"):
-        value = os.environ.get(var)
-        if value:
-            return value
-    return os.path.join(REPO, "..", "shared", "fixtures")
+    return os.path.join(REPO, "tests", "fixtures")
 
 
 def performer_fixtures():
@@ -64,6 +68,17 @@ def fixture_dir(case):
 
 def fixtures_present():
     return os.path.isdir(performer_fixtures())
+
+
+def require_cases(*cases):
+    """Fails (AssertionError) unless every fixture case is present: the
+    repository carries them, so a missing one is a broken checkout, not a
+    reason to skip."""
+    present = list_cases()
+    missing = [case for case in cases if case not in present]
+    if missing:
+        raise AssertionError("fixture case(s) %s missing from %s"
+                             % (", ".join(missing), performer_fixtures()))
 
 
 def server_binary():
@@ -185,12 +200,9 @@ class ModelRepository:
         return name
 
     def add_required(self, *cases):
-        """Copies every case, or skips the calling test class when one of the
-        fixture folders is absent."""
-        present = list_cases()
+        """Copies every case; fails (require_cases) when one is absent."""
+        require_cases(*cases)
         for case in cases:
-            if case not in present:
-                raise unittest.SkipTest("%s fixture absent" % case)
             self.add(case)
 
 
@@ -300,7 +312,7 @@ class Server:
     def kill(self):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+            self.proc.wait(timeout=KILL_WAIT_S)
 
     def stop(self, timeout=30):
         """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
@@ -315,7 +327,7 @@ class Server:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=KILL_WAIT_S)
         if not self._log.closed:
             self._log.close()
         return self.proc.returncode
@@ -540,9 +552,10 @@ def finish_name(value):
     return pb.FinishReason.Name(value)
 
 
-def run_in_threads(fn, args_list):
+def run_in_threads(fn, args_list, timeout=300):
     """Runs fn(*args) for each args in threads started together; returns the
-    results in order (an exception is returned as the result)."""
+    results in order (an exception is returned as the result; a thread still
+    running after `timeout` seconds gives a TimeoutError)."""
     results = [None] * len(args_list)
     barrier = threading.Barrier(len(args_list))
 
@@ -557,8 +570,11 @@ def run_in_threads(fn, args_list):
                for i, a in enumerate(args_list)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(timeout=300)
+    deadline = time.monotonic() + timeout
+    for i, t in enumerate(threads):
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            results[i] = TimeoutError("still running after %.0f s" % timeout)
     return results
 
 

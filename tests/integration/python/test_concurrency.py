@@ -24,8 +24,7 @@ class ConcurrentStreamsTest(harness.ServerTestCase):
 
     @classmethod
     def models(cls, repo):
-        if MODEL not in harness.list_cases():
-            raise unittest.SkipTest("%s fixture absent" % MODEL)
+        harness.require_cases(MODEL)
         repo.add(MODEL)
         config = harness.load_json(harness.fixture_dir(MODEL) + "/config.json")
         cls.vocab = config["num_tokens"]

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 import harness
@@ -140,17 +141,29 @@ class UntrainedBytesTest(harness.ServerTestCase):
                      "--drain_timeout", "--intra_op_threads", "--device"):
             self.assertIn(flag, result.stdout + result.stderr)
 
-    def test_device_without_cuda_is_refused_at_start(self):
+    def test_device_cuda_is_refused_at_start_without_cuda(self):
+        # Without a CUDA LibTorch or a visible GPU: exit 2, naming the reason.
+        # Where both are present the server starts instead: then it must
+        # become ready (write its port file) on the GPU.
+        port_file = os.path.join(harness.make_temp_dir("cuda"), "port")
         proc = subprocess.Popen([harness.server_binary(), "--device=cuda",
-                                 "--model_repository=" + self.server.repository_dir, "--port=0",
+                                 "--model_repository=" + self.server.repository_dir,
+                                 "--host=127.0.0.1", "--port=0", "--port_file=" + port_file,
                                  "--metrics_port=-1"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=harness._die_with_parent)
+        deadline = time.monotonic() + 60
+        while (proc.poll() is None and harness.read_port_file(port_file) is None
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        if proc.poll() is None:
+            ready = harness.read_port_file(port_file) is not None
             proc.kill()
-            proc.communicate()
-            self.skipTest("--device=cuda started a server: this machine has CUDA")
+            _, stderr = proc.communicate(timeout=30)
+            self.assertTrue(ready, "--device=cuda neither failed nor became ready in 60 s:\n"
+                            + stderr[-2000:])
+            return
+        _, stderr = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 2, stderr)
         self.assertRegex(stderr, r"--device=cuda: (this build's LibTorch has no CUDA|"
                                  r"no CUDA device is visible)")

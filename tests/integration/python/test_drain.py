@@ -24,8 +24,7 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 class DrainTest(unittest.TestCase):
 
     def setUp(self):
-        if MODEL not in harness.list_cases():
-            self.skipTest("%s fixture absent" % MODEL)
+        harness.require_cases(MODEL)
         self.io = harness.load_safetensors(harness.fixture_dir(MODEL) + "/io.safetensors")
         self.server = self.start_server("30s")
 

@@ -26,7 +26,8 @@ class ExamplesTest(harness.ServerTestCase):
     @classmethod
     def repository_dir(cls):
         if not os.path.isdir(REPO_MODELS):
-            raise unittest.SkipTest("%s is absent" % REPO_MODELS)
+            raise AssertionError("%s is absent: the repository carries its default model"
+                                 % REPO_MODELS)
         return REPO_MODELS
 
     @classmethod

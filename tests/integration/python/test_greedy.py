@@ -99,7 +99,7 @@ class GreedyFixtureTest(harness.ServerTestCase):
         # No generation_config.json: max_new_tokens 0 means 16, greedy.
         io = dict((c, i) for c, _, i in self.cases).get("lm_causal_default")
         if io is None:
-            self.skipTest("lm_causal_default absent")
+            self.fail("lm_causal_default is missing from %s" % harness.performer_fixtures())
         prompt = io["prompt"].values
         expected = io["greedy_tokens"].values
         response, code, details, _ = harness.unary(
@@ -130,7 +130,7 @@ class GreedyFixtureTest(harness.ServerTestCase):
 
     def test_encoder_decoder(self):
         if self.encdec is None:
-            self.skipTest("encdec_basic absent")
+            self.fail("encdec_basic is missing from %s" % harness.performer_fixtures())
         io = self.encdec_io
         req, mask_all_true = self._encdec_request(self.encdec)
         stream = harness.collect_stream(self.stub, req)
@@ -152,7 +152,7 @@ class GreedyFixtureTest(harness.ServerTestCase):
 
     def test_encoder_decoder_decoder_start_from_generation_config(self):
         if self.encdec is None:
-            self.skipTest("encdec_basic absent")
+            self.fail("encdec_basic is missing from %s" % harness.performer_fixtures())
         io = self.encdec_io
         req, mask_all_true = self._encdec_request("encdec_with_start", with_prompt=False)
         stream = harness.collect_stream(self.stub, req)

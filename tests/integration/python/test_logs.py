@@ -20,8 +20,7 @@ class JsonLogTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if MODEL not in harness.list_cases():
-            raise unittest.SkipTest("%s fixture absent" % MODEL)
+        harness.require_cases(MODEL)
         repo = harness.ModelRepository("logs")
         repo.add(MODEL)
         cls.server = harness.Server(repo.dir, ["--log_format=json", "--log_level=info",

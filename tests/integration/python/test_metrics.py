@@ -124,7 +124,7 @@ class Prometheus:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=harness.KILL_WAIT_S)
         if self._log is not None and not self._log.closed:
             self._log.close()
 
@@ -243,10 +243,7 @@ def health(server, service=""):
 
 
 def require_cases(*cases):
-    present = harness.list_cases()
-    for case in cases:
-        if case not in present:
-            raise unittest.SkipTest("%s fixture absent" % case)
+    harness.require_cases(*cases)
 
 
 def assert_counts_equal(test, what, expected, actual):
@@ -557,7 +554,7 @@ class MetricsTest(unittest.TestCase):
     # -- Prometheus ----------------------------------------------------------
     def require_prometheus(self):
         if self.prometheus is None:
-            self.skipTest(self.prometheus_missing or "prometheus not started")
+            self.fail(self.prometheus_missing or "prometheus not started")
 
     def settle(self):
         """Waits until Prometheus has scraped both servers after the traffic
@@ -937,7 +934,7 @@ class MetricsTest(unittest.TestCase):
     # -- promtool -------------------------------------------------------------
     def test_promtool_check_metrics(self):
         if not os.access(PROMTOOL, os.X_OK):
-            self.skipTest("%s is absent (apt-get install prometheus)" % PROMTOOL)
+            self.fail("%s is absent (apt-get install prometheus)" % PROMTOOL)
         for server in (self.main, self.life):
             with self.subTest(server=server.name):
                 text = server.metrics_text()

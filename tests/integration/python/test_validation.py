@@ -228,8 +228,7 @@ class MaxNewTokensLimitTest(harness.ServerTestCase):
 
     @classmethod
     def models(cls, repo):
-        if DECODER not in harness.list_cases():
-            raise unittest.SkipTest("%s fixture absent" % DECODER)
+        harness.require_cases(DECODER)
         repo.add(DECODER)
         repo.add(DECODER, name="long_default", generation_config={"max_new_tokens": 30})
 
