@@ -1,0 +1,101 @@
+// A GenerationService on an in-process grpc::Server (127.0.0.1, a port the
+// kernel picks) over a ModelRepository loaded from the repository's default
+// model folder (models/, see models/README.md), wired the way server/main.cc
+// wires it, and the client side the tests need: a stub, and client contexts
+// that always carry a deadline so that no call of a test can wait forever.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "performer/v1/generation.grpc.pb.h"
+#include "server/repository/model_repository.h"
+#include "server/service/generation_service.h"
+#include "tests/testing/fixtures.h"
+
+namespace performer::server::in_process {
+
+// The model of models/ that performer-serve serves by default.
+inline constexpr char kDefaultModel[] = "performer-fortunes";
+
+class InProcessServer {
+ public:
+  // Loads `repository_dir` with `repository_options`, then serves it with a
+  // GenerationService made with `service_options`.
+  static absl::StatusOr<std::unique_ptr<InProcessServer>> Start(
+      const RepositoryOptions& repository_options, ServiceOptions service_options,
+      const std::string& repository_dir = performer::testing::RepositoryModelsRoot()) {
+    absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+        ModelRepository::Load(repository_dir, repository_options);
+    if (!repository.ok()) return repository.status();
+    std::unique_ptr<InProcessServer> out(new InProcessServer());
+    out->repository_ = *std::move(repository);
+    out->service_ = std::make_unique<GenerationService>(*out->repository_, service_options);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &out->port_);
+    builder.RegisterService(out->service_.get());
+    out->server_ = builder.BuildAndStart();
+    if (out->server_ == nullptr || out->port_ == 0) {
+      out->repository_->Stop();
+      return absl::UnavailableError("could not listen on 127.0.0.1");
+    }
+    return out;
+  }
+
+  // Drains and stops as server/main.cc does, each wait bounded.
+  ~InProcessServer() {
+    service_->BeginDrain();
+    repository_->BeginDrain();
+    repository_->WaitIdle(absl::Seconds(10));
+    repository_->Stop();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+  }
+
+  InProcessServer(const InProcessServer&) = delete;
+  InProcessServer& operator=(const InProcessServer&) = delete;
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  ModelRepository& repository() { return *repository_; }
+
+  std::unique_ptr<v1::Generation::Stub> NewStub() const {
+    return v1::Generation::NewStub(
+        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+  }
+
+ private:
+  InProcessServer() = default;
+
+  std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+// A client context whose call ends, whatever the server does, `seconds`
+// from now.
+inline std::unique_ptr<grpc::ClientContext> ContextWithDeadline(int seconds = 30) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+  return context;
+}
+
+// A greedy request for the default model: the prompt's bytes as token ids
+// (the model's tokenizer is the byte tokenizer).
+inline v1::GenerateRequest GreedyRequest(const std::string& prompt, int max_new_tokens) {
+  v1::GenerateRequest request;
+  request.set_model(kDefaultModel);
+  for (unsigned char byte : prompt) request.mutable_prompt_tokens()->add_ids(byte);
+  request.set_max_new_tokens(max_new_tokens);
+  request.set_temperature(0.0f);
+  return request;
+}
+
+}  // namespace performer::server::in_process
