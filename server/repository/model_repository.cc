@@ -193,19 +193,33 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
                      "weights.safetensors)"));
   }
   if (default_model.empty()) {
-    // The first generating model, else the first.
-    default_model = repository->models_.front()->name;
-    for (const auto& m : repository->models_) {
-      if (m->engine) {
-        default_model = m->name;
-        break;
-      }
-    }
+    default_model = repository->FirstGeneratingModel();
   } else if (repository->Find(default_model) == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("--default_model ", default_model, " is not in the repository ", dir));
   }
   repository->default_model_ = default_model;
+  return repository;
+}
+
+std::string ModelRepository::FirstGeneratingModel() const {
+  for (const auto& m : models_) {
+    if (m->engine) return m->name;
+  }
+  return models_.front()->name;
+}
+
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::FromModels(
+    std::vector<std::unique_ptr<HostedModel>> models, std::string default_model) {
+  if (models.empty()) return absl::InvalidArgumentError("a model repository needs a model");
+  auto repository = std::unique_ptr<ModelRepository>(new ModelRepository());
+  repository->models_ = std::move(models);
+  if (default_model.empty()) default_model = repository->FirstGeneratingModel();
+  if (repository->Find(default_model) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default model ", default_model, " is not among the models"));
+  }
+  repository->default_model_ = std::move(default_model);
   return repository;
 }
 

@@ -72,6 +72,12 @@ class ModelRepository {
                                                                const RepositoryOptions& options,
                                                                std::string default_model = "");
 
+  // Hosts models built elsewhere (an embedding program, tests with a model of
+  // their own); the default is `default_model`, or the first generating
+  // model. INVALID_ARGUMENT for no model or an unknown default.
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> FromModels(
+      std::vector<std::unique_ptr<HostedModel>> models, std::string default_model = "");
+
   // Empty name = the default model. nullptr when unknown.
   HostedModel* Find(const std::string& name);
   const std::vector<std::unique_ptr<HostedModel>>& models() const { return models_; }
@@ -82,6 +88,9 @@ class ModelRepository {
   void Stop();
 
  private:
+  // The first generating model, else the first.
+  std::string FirstGeneratingModel() const;
+
   std::vector<std::unique_ptr<HostedModel>> models_;
   std::string default_model_;
 };

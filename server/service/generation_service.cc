@@ -558,11 +558,14 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
         : scope(observers, "Embed", context), reactor(context->DefaultReactor()) {}
     RpcScope scope;
     grpc::ServerUnaryReactor* reactor;
-    // Finishes the RPC, reports it and frees the call.
+    // Reports the RPC, finishes it and frees the call. The report comes
+    // first: once finished, gRPC may free the context at any moment (the
+    // answer can come from the embedder's thread).
     grpc::ServerUnaryReactor* Answer(const grpc::Status& status) {
       grpc::ServerUnaryReactor* r = reactor;
-      r->Finish(scope.Sent(status));
+      scope.End(scope.Sent(status));
       delete this;
+      r->Finish(status);
       return r;
     }
   };
