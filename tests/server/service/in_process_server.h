@@ -35,8 +35,15 @@ class InProcessServer {
     absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
         ModelRepository::Load(repository_dir, repository_options);
     if (!repository.ok()) return repository.status();
+    return Serve(*std::move(repository), std::move(service_options));
+  }
+
+  // Serves `repository` (e.g. ModelRepository::FromModels of models a test
+  // built) with a GenerationService made with `service_options`.
+  static absl::StatusOr<std::unique_ptr<InProcessServer>> Serve(
+      std::unique_ptr<ModelRepository> repository, ServiceOptions service_options) {
     std::unique_ptr<InProcessServer> out(new InProcessServer());
-    out->repository_ = *std::move(repository);
+    out->repository_ = std::move(repository);
     out->service_ = std::make_unique<GenerationService>(*out->repository_, service_options);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &out->port_);
