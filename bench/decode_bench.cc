@@ -87,6 +87,25 @@ int Profile(int threads, int64_t batch) {
   return 0;
 }
 
+// --profile_prefill L: only 100 prefills of an L-token prompt (for perf
+// record).
+int ProfilePrefill(int threads, int64_t length) {
+  ConfigureTorchRuntime(threads);
+  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(), 1);
+  const decoding::PrefillRequest prompt{RandomTokens(length, 256), {}, {}};
+  auto run = [&] {
+    const decoding::SequenceId id = *decoder->Create();
+    (void)decoder->Prefill(id, prompt);
+    (void)decoder->Release(id);
+  };
+  for (int i = 0; i < 5; ++i) run();
+  auto start = Clock::now();
+  for (int i = 0; i < 100; ++i) run();
+  std::printf("prompt %lld: %.3f ms per prefill\n", static_cast<long long>(length),
+              Seconds(start) / 100 * 1e3);
+  return 0;
+}
+
 int Run(int threads, int64_t reforward_tokens) {
   TorchRuntimeInfo runtime = ConfigureTorchRuntime(threads);
   std::printf("# decode_bench\n\n%s\n\n", DescribeTorchRuntime(runtime).c_str());
@@ -210,11 +229,14 @@ int main(int argc, char** argv) {
   int threads = 0;
   int64_t reforward_tokens = 512;
   int64_t profile_batch = 0;
+  int64_t profile_prefill = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--profile") == 0) profile_batch = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--profile_prefill") == 0) profile_prefill = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--reforward-tokens") == 0) reforward_tokens = std::atoll(argv[i + 1]);
   }
   if (profile_batch > 0) return performer::Profile(threads, profile_batch);
+  if (profile_prefill > 0) return performer::ProfilePrefill(threads, profile_prefill);
   return performer::Run(threads, reforward_tokens);
 }

@@ -17,9 +17,9 @@ torch::Tensor FeedForwardImpl::Activate(const torch::Tensor& h) const {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = Activate(w1_(x));
+  torch::Tensor h = Activate(ApplyLinear(w1_, x));
   if (dropout_ > 0.0 && is_training()) h = torch::dropout(h, dropout_, /*train=*/true);
-  return w2_(h);
+  return ApplyLinear(w2_, h);
 }
 
 torch::Tensor FeedForwardImpl::Step(const torch::Tensor& x) {

@@ -12,6 +12,14 @@
 namespace performer::models {
 
 torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x);
+
+// layer(x) for x [..., in] as the full forward needs it. Without autograd
+// (inference, no-grad) and with few rows in all (a short prompt), through
+// LinearRows: a short prompt's prefill then streams each weight once as a
+// decode step does, instead of paying OpenBLAS's packing of every weight
+// matrix (which made a 1-token prefill cost three steps). Otherwise the
+// module's own forward (autograd, long prompts).
+torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x);
 // Same with a bare weight [out, in] (tied embeddings) and no bias.
 torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
                          const torch::Tensor& x);

@@ -53,9 +53,9 @@ torch::Tensor PerformerAttentionImpl::forward(
   TORCH_CHECK(!options_.cross || context.defined(), "cross attention needs a context");
   TORCH_CHECK(options_.cross || !context.defined(), "self attention does not take a context");
   const torch::Tensor& source = options_.cross ? context : x;
-  torch::Tensor q = SplitHeads(to_q_(x));
-  torch::Tensor k = SplitHeads(to_k_(source));
-  torch::Tensor v = SplitHeads(to_v_(source));
+  torch::Tensor q = SplitHeads(ApplyLinear(to_q_, x));
+  torch::Tensor k = SplitHeads(ApplyLinear(to_k_, source));
+  torch::Tensor v = SplitHeads(ApplyLinear(to_v_, source));
   const int64_t gh = global_heads(), lh = options_.local_heads;
   std::vector<torch::Tensor> outs;
   if (gh > 0) {
@@ -76,7 +76,8 @@ torch::Tensor PerformerAttentionImpl::forward(
     outs.push_back(local_attn_(lq, lk, lv, mask));
     if (capture != nullptr) local_attn_->InitRing(lk, lv, capture->local_k, capture->local_v);
   }
-  torch::Tensor out = to_out_(MergeHeads(outs.size() == 1 ? outs[0] : torch::cat(outs, 1)));
+  torch::Tensor out =
+      ApplyLinear(to_out_, MergeHeads(outs.size() == 1 ? outs[0] : torch::cat(outs, 1)));
   if (options_.dropout > 0.0 && is_training()) out = torch::dropout(out, options_.dropout, true);
   return out;
 }

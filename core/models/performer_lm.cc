@@ -29,7 +29,7 @@ void PerformerLMImpl::TieTokenEmbedding(const torch::nn::Embedding& other) {
 
 torch::Tensor PerformerLMImpl::Logits(const torch::Tensor& encodings) {
   if (config_.tie_embed) return torch::matmul(encodings, token_emb_->weight.t());
-  return to_out_(encodings);
+  return ApplyLinear(to_out_, encodings);
 }
 
 torch::Tensor PerformerLMImpl::forward(const torch::Tensor& tokens,

@@ -1,6 +1,6 @@
 #include "server/engine/engine.h"
 
-#include <torch/types.h>
+#include <torch/torch.h>
 
 #include <utility>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
 #include "core/decoding/status_from_exception.h"
+#include "server/engine/compute_thread.h"
 #include "server/engine/model_runner.h"
 #include "server/engine/output_processor.h"
 #include "server/engine/scheduler.h"
@@ -134,9 +135,8 @@ void Engine::Stop() {
 }
 
 void Engine::Loop() {
-  // The decoder's intra-op work runs on LibTorch's pool; this thread only
-  // schedules. Tensors are never used for autograd here.
-  c10::InferenceMode inference;
+  // This thread waits for work; each iteration runs on the process's
+  // compute thread (compute_thread.h), where all model work runs.
   while (scheduler_->WaitForWork()) {
     if (options_.stall_after_steps > 0 && steps_.load() >= options_.stall_after_steps) {
       // Test hook: a stuck engine (the heartbeat stops while work waits).
@@ -147,12 +147,15 @@ void Engine::Loop() {
     // their failures as statuses, so this only catches a defect of the
     // engine itself; the requests in flight end with it, the engine goes on.
     const absl::Status status = decoding::StatusFromException("engine iteration", [&] {
-      RunIteration();
+      RunOnComputeThread([&] {
+        c10::InferenceMode inference;
+        RunIteration();
+      });
       return absl::OkStatus();
     });
-    if (!status.ok()) FailRunning(status);
+    if (!status.ok()) RunOnComputeThread([&] { FailRunning(status); });
   }
-  Shutdown();
+  RunOnComputeThread([&] { Shutdown(); });
 }
 
 void Engine::FailRunning(const absl::Status& status) {

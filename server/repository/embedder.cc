@@ -10,6 +10,7 @@
 #include "core/decoding/status_from_exception.h"
 #include "core/decoding/token_ids.h"
 #include "core/models/model_folder.h"
+#include "server/engine/compute_thread.h"
 
 namespace performer::server {
 
@@ -68,7 +69,6 @@ absl::StatusOr<Embedding> Embedder::Embed(const std::vector<int64_t>& tokens, bo
 }
 
 void Embedder::Loop() {
-  c10::InferenceMode inference;
   while (true) {
     std::vector<Pending> taken;
     {
@@ -83,7 +83,11 @@ void Embedder::Loop() {
     // One forward per input length.
     std::map<size_t, std::vector<Pending>> by_length;
     for (Pending& p : taken) by_length[p.tokens.size()].push_back(std::move(p));
-    for (auto& [length, batch] : by_length) RunBatch(batch);
+    // The forwards run on the process's compute thread (compute_thread.h).
+    RunOnComputeThread([&] {
+      c10::InferenceMode inference;
+      for (auto& [length, batch] : by_length) RunBatch(batch);
+    });
   }
 }
 

@@ -1,8 +1,9 @@
 // Final encodings of a bidirectional PerformerLM or of an encoder-decoder's
-// encoder (Embed), computed on the embedder's own thread, never on the
-// caller's (the RPC threads): requests queue, and the thread runs whatever
-// is waiting as batches, one forward for all inputs of the same length (the
-// model has no padding here, so rows of one forward are independent).
+// encoder (Embed), never computed on the caller's thread (the RPC threads):
+// requests queue, and the embedder's thread hands whatever is waiting to the
+// process's compute thread (server/engine/compute_thread.h) as batches, one
+// forward for all inputs of the same length (the model has no padding here,
+// so rows of one forward are independent).
 // Whatever the model throws becomes the requests' status.
 #pragma once
 

@@ -10,6 +10,7 @@
 #include "core/decoding/performer_decoder.h"
 #include "core/models/model_folder.h"
 #include "kernels/kernels_info.h"
+#include "server/engine/compute_thread.h"
 #include "server/logging/server_log.h"
 #include "server/repository/embedder.h"
 
@@ -32,8 +33,18 @@ absl::Status WarmUp(decoding::SequenceDecoder& decoder) {
   return status.ok() ? released : status;
 }
 
+absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
+                                                         const RepositoryOptions& options);
+
+// Loading and warm-up run on the compute thread, like all model work
+// (server/engine/compute_thread.h).
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
                                                      const RepositoryOptions& options) {
+  return RunOnComputeThread([&] { return LoadOneHere(dir, options); });
+}
+
+absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
+                                                         const RepositoryOptions& options) {
   const absl::Time start = absl::Now();
   auto hosted = std::make_unique<HostedModel>();
   hosted->name = dir.filename().string();
