@@ -17,7 +17,8 @@ namespace performer::testing {
 namespace {
 
 // The recurrent decoder keeps cached lower-layer outputs when a key
-// stabiliser grows (reference §9.1): the issue allows 1e-3 on step logits.
+// stabiliser grows (docs/reference/performer-pytorch.md §9.1): step logits may
+// differ from the full forward's by up to 1e-3.
 constexpr double kRecurrentStepAtol = 1e-3;
 
 struct Tolerance {
