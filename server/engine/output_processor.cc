@@ -65,6 +65,7 @@ int64_t OutputProcessor::Emit(const std::vector<ScheduledSequence*>& sequences,
   if (!logprob_rows.empty()) {
     const torch::Tensor rows = torch::tensor(logprob_rows, torch::kLong).to(logits.device());
     std::vector<int64_t> picked;
+    picked.reserve(logprob_rows.size());
     for (int64_t r : logprob_rows) picked.push_back(tokens[static_cast<size_t>(r)]);
     const torch::Tensor ids = torch::tensor(picked, torch::kLong).to(logits.device());
     const torch::Tensor values =

@@ -52,6 +52,7 @@ TEST(EmbedderTest, ConcurrentCallersGetTheirOwnResults) {
   // Two lengths, so that batches hold several inputs of one length and
   // several lengths at once.
   std::vector<std::vector<int64_t>> inputs;
+  inputs.reserve(16);
   for (int i = 0; i < 16; ++i) {
     inputs.push_back(i % 2 == 0 ? std::vector<int64_t>{1, 2 + i % 7, 3}
                                 : std::vector<int64_t>{4, 5, 6 + i % 5, 7, 8});
