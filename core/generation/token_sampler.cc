@@ -30,6 +30,13 @@ int64_t RowTopK(const SamplingParams& p, int64_t vocab) {
 
 bool RowSamples(const SamplingParams& p) { return p.temperature > 0.0f; }
 
+// Per-row (or per-entry) host values as a 1-D tensor of `type` on `device`.
+template <typename T>
+torch::Tensor OnDevice(const std::vector<T>& values, torch::ScalarType type,
+                       const torch::Device& device) {
+  return torch::tensor(values, torch::TensorOptions().dtype(type)).to(device);
+}
+
 // Descending sort with ties in id order (a stable sort of the ids).
 std::tuple<torch::Tensor, torch::Tensor> SortDescending(const torch::Tensor& x) {
   return x.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true);
@@ -56,14 +63,9 @@ void ApplyRepetitionPenalty(torch::Tensor& x, const std::vector<const SamplingPa
     }
   }
   if (rows.empty()) return;
-  const auto on = [&](auto& v, torch::ScalarType type) {
-    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())},
-                            torch::TensorOptions().dtype(type))
-        .to(x.device());
-  };
-  const torch::Tensor r = on(rows, torch::kLong);
-  const torch::Tensor i = on(ids, torch::kLong);
-  const torch::Tensor t = on(thetas, torch::kFloat);
+  const torch::Tensor r = OnDevice(rows, torch::kLong, x.device());
+  const torch::Tensor i = OnDevice(ids, torch::kLong, x.device());
+  const torch::Tensor t = OnDevice(thetas, torch::kFloat, x.device());
   x.index_put_({r, i}, x.index({r, i}) / t);
 }
 
@@ -71,8 +73,7 @@ void ApplyRepetitionPenalty(torch::Tensor& x, const std::vector<const SamplingPa
 void ApplyTopK(torch::Tensor& x, const std::vector<int64_t>& k) {
   const int64_t vocab = x.size(1);
   auto [values, order] = SortDescending(x);
-  const torch::Tensor keep_count =
-      torch::tensor(k, torch::kLong).to(x.device()).unsqueeze(1);  // [B, 1]
+  const torch::Tensor keep_count = OnDevice(k, torch::kLong, x.device()).unsqueeze(1);  // [B, 1]
   const torch::Tensor rank = torch::arange(vocab, x.options().dtype(torch::kLong)).unsqueeze(0);
   x.scatter_(1, order, values.masked_fill(rank >= keep_count, kNegInf));
 }
@@ -86,10 +87,8 @@ void ApplyTopP(torch::Tensor& x, const std::vector<double>& top_p, const std::ve
   auto [values, order] = SortDescending(x);
   const torch::Tensor sorted = values.to(torch::kDouble);
   const torch::Tensor max = sorted.select(1, 0).unsqueeze(1);
-  const auto column = [&](const auto& v, torch::ScalarType type) {
-    return torch::tensor(v, torch::TensorOptions().dtype(type)).to(device).unsqueeze(1);
-  };
-  const torch::Tensor weights = ((sorted - max) / column(scale, torch::kDouble)).exp();
+  const torch::Tensor weights =
+      ((sorted - max) / OnDevice(scale, torch::kDouble, device).unsqueeze(1)).exp();
   const torch::Tensor cumulative = weights.cumsum(1);
   const torch::Tensor total = cumulative.select(1, vocab - 1).unsqueeze(1);
   // Weight of the tokens before each one (exactly the running sum).
@@ -97,9 +96,10 @@ void ApplyTopP(torch::Tensor& x, const std::vector<double>& top_p, const std::ve
       torch::cat({torch::zeros_like(max), cumulative.slice(1, 0, vocab - 1)}, 1);
   // A row with +inf or with every token filtered has no usable softmax:
   // it is left as it is.
-  const torch::Tensor row_ok = column(enabled, torch::kBool) & torch::isfinite(max) &
-                               (values.select(1, 1) != kNegInf).unsqueeze(1);
-  const torch::Tensor drop = (before > column(top_p, torch::kDouble) * total) & row_ok;
+  const torch::Tensor row_ok = OnDevice(enabled, torch::kBool, device).unsqueeze(1) &
+                               torch::isfinite(max) & (values.select(1, 1) != kNegInf).unsqueeze(1);
+  const torch::Tensor drop =
+      (before > OnDevice(top_p, torch::kDouble, device).unsqueeze(1) * total) & row_ok;
   x.scatter_(1, order, values.masked_fill(drop, kNegInf));
 }
 
@@ -193,15 +193,13 @@ std::vector<int64_t> SampleBatch(const torch::Tensor& logits,
   torch::Tensor tokens = x.argmax(1);  // ties -> the lowest id
   if (any_samples) {
     const auto device = x.device();
-    const auto column = [&](const auto& v, torch::ScalarType type) {
-      return torch::tensor(v, torch::TensorOptions().dtype(type)).to(device).unsqueeze(1);
-    };
     const torch::Tensor xd = x.to(torch::kDouble);
     const torch::Tensor max = xd.gather(1, tokens.unsqueeze(1));
-    const torch::Tensor weights = ((xd - max) / column(temperature, torch::kDouble)).exp();
+    const torch::Tensor weights =
+        ((xd - max) / OnDevice(temperature, torch::kDouble, device).unsqueeze(1)).exp();
     const torch::Tensor cumulative = weights.cumsum(1);
-    const torch::Tensor target =
-        column(uniform, torch::kDouble) * cumulative.select(1, vocab - 1).unsqueeze(1);
+    const torch::Tensor target = OnDevice(uniform, torch::kDouble, device).unsqueeze(1) *
+                                 cumulative.select(1, vocab - 1).unsqueeze(1);
     const torch::Tensor drawn = (cumulative <= target).sum(1);
     // Rounding at the very top: the last token with a positive weight.
     const torch::Tensor ids = torch::arange(vocab, x.options().dtype(torch::kLong));
@@ -210,7 +208,7 @@ std::vector<int64_t> SampleBatch(const torch::Tensor& logits,
     // Greedy rows, and rows whose maximum is +inf or -inf (every token
     // filtered), keep the argmax.
     const torch::Tensor use =
-        column(samples, torch::kBool).squeeze(1) & torch::isfinite(max.squeeze(1));
+        OnDevice(samples, torch::kBool, device) & torch::isfinite(max.squeeze(1));
     tokens = torch::where(use, sampled, tokens);
   }
   const torch::Tensor host = tokens.to(torch::kCPU, torch::kLong).contiguous();
