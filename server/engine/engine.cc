@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
 #include "core/decoding/status_from_exception.h"
@@ -32,14 +31,6 @@ RequestLimits LimitsOf(const std::string& model_name, const decoding::DecoderInf
   limits.has_tokenizer = tokenizer != nullptr;
   limits.max_new_tokens = options.max_new_tokens_limit;
   return limits;
-}
-
-// A failed model call's status for the requests it ends: the decoder's code
-// (RESOURCE_EXHAUSTED for out of memory, INTERNAL for a failure) with what
-// was being done, unless the message already says it.
-absl::Status CallFailed(absl::string_view what, const absl::Status& status) {
-  if (absl::StartsWith(status.message(), what)) return status;
-  return absl::Status(status.code(), absl::StrCat(what, " failed: ", status.message()));
 }
 
 // OutputProcessor::Emit, with a failure ending those sequences; returns
@@ -180,16 +171,7 @@ void Engine::Shutdown() {
 
 void Engine::RunIteration() {
   IterationPlan plan = scheduler_->Schedule(absl::Now());
-  for (auto& s : plan.dropped) {
-    const FinishReason cancel = s->stream->cancel_reason();
-    if (cancel == FinishReason::kNone || cancel == FinishReason::kDeadline) {
-      s->End(FinishReason::kDeadline,
-             absl::DeadlineExceededError("the deadline passed while the request was queued"));
-    } else {
-      s->End(cancel);
-    }
-    output_->Finish(*s);
-  }
+  for (auto& s : plan.dropped) output_->Finish(*s);
 
   // Prompt chunks; a sequence whose prompt completes samples its first
   // token, all of them in one batch.
@@ -207,13 +189,13 @@ void Engine::RunIteration() {
     stats.prefill_seconds += seconds;
     ++stats.prefills;
     if (!logits.ok()) {
-      s.End(FinishReason::kError, CallFailed(chunk.first ? "prefill" : "extend", logits.status()));
+      s.End(FinishReason::kError, logits.status());
       continue;
     }
     s.prompt_fed = chunk.end;
     if (!s.prefilling()) {
       completed.push_back(&s);
-      completed_logits.push_back(logits->reshape({1, -1}));
+      completed_logits.push_back(*logits);
     }
   }
   if (!completed.empty()) stats.tokens += Emit(*output_, completed, completed_logits);
@@ -226,8 +208,7 @@ void Engine::RunIteration() {
     absl::StatusOr<torch::Tensor> logits = runner_->Step(batch);
     steps_.fetch_add(1);
     if (!logits.ok()) {
-      const absl::Status failed = CallFailed("decode step", logits.status());
-      for (ScheduledSequence* s : batch) s->End(FinishReason::kError, failed);
+      for (ScheduledSequence* s : batch) s->End(FinishReason::kError, logits.status());
     } else {
       stats.tokens += Emit(*output_, batch, {*logits});
     }
@@ -235,16 +216,6 @@ void Engine::RunIteration() {
   }
   generated_tokens_.fetch_add(stats.tokens);
 
-  // A cancel that arrived during this iteration ends its sequence now.
-  for (const auto& s : scheduler_->running()) {
-    const FinishReason cancel = s->stream->cancel_reason();
-    if (s->finished() || cancel == FinishReason::kNone) continue;
-    if (cancel == FinishReason::kDeadline) {
-      s->End(cancel, absl::DeadlineExceededError("the request's deadline passed"));
-    } else {
-      s->End(cancel);
-    }
-  }
   // Retired sequences leave the live set and the active count before their
   // readers hear of the end, so a client that saw its request finish can
   // reuse the id at once and GetModel already shows the slot free.

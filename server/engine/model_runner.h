@@ -1,8 +1,9 @@
 // The engine's runner: feeds the scheduler's prompt chunks and decode
-// batches to the model's SequenceDecoder. Every call returns a status:
-// whatever the decoder throws is turned into one here
-// (decoding/status_from_exception.h), so a failing model fails the
-// requests of that call and never the process.
+// batches to the model's SequenceDecoder. Every call returns the decoder's
+// status (RESOURCE_EXHAUSTED for out of memory, INTERNAL for a failure,
+// with the model's message); whatever a decoder throws is turned into one
+// here too (decoding/status_from_exception.h), so a failing model fails
+// the requests of that call and never the process.
 #pragma once
 
 #include <torch/types.h>

@@ -8,6 +8,20 @@ namespace performer::server {
 
 using generation::FinishReason;
 
+bool ScheduledSequence::EndIfCancelled(bool deadline_passed) {
+  const FinishReason cancel = stream->cancel_reason();
+  if (cancel == FinishReason::kDeadline || (cancel == FinishReason::kNone && deadline_passed)) {
+    End(FinishReason::kDeadline,
+        absl::DeadlineExceededError(admitted == absl::InfinitePast()
+                                        ? "the deadline passed while the request was queued"
+                                        : "the request's deadline passed"));
+    return true;
+  }
+  if (cancel == FinishReason::kNone) return false;
+  End(cancel);
+  return true;
+}
+
 Scheduler::Scheduler(SchedulerOptions options) : options_(options) {}
 
 absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
@@ -20,14 +34,15 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
     return absl::AlreadyExistsError(absl::StrCat("request_id ", id, " is already running"));
   }
   const int64_t queued = static_cast<int64_t>(queue_.size());
-  if (queued >= options_.max_queue && active_ + queued >= options_.capacity) {
+  const int64_t active = static_cast<int64_t>(running_.size());
+  if (queued >= options_.max_queue && active + queued >= options_.capacity) {
     return absl::ResourceExhaustedError(
         absl::StrCat("all ", options_.capacity, " sequence slots are busy and ", queued,
                      " requests are waiting (the queue limit); retry later"));
   }
   // An idle scheduler's clock starts when work arrives, so a long idle
   // period never reads as a stall.
-  if (queue_.empty() && active_ == 0) last_activity_ = sequence->accepted;
+  if (queue_.empty() && active == 0) last_activity_ = sequence->accepted;
   live_[id] = sequence->stream;
   const int64_t priority = sequence->request.priority;
   queue_.emplace(std::make_pair(-priority, arrivals_++), std::move(sequence));
@@ -60,7 +75,7 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   //    running ones end (their slots are freed by Retire).
   for (auto it = queue_.begin(); it != queue_.end();) {
     ScheduledSequence& s = *it->second;
-    if (s.stream->cancel_reason() != FinishReason::kNone || s.request.deadline <= now) {
+    if (s.EndIfCancelled(s.request.deadline <= now)) {
       auto live = live_.find(s.request.request_id);
       if (live != live_.end() && live->second == s.stream) live_.erase(live);
       plan.dropped.push_back(std::move(it->second));
@@ -70,14 +85,7 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
     }
   }
   for (auto& s : running_) {
-    if (s->finished()) continue;
-    const FinishReason cancel = s->stream->cancel_reason();
-    if (cancel == FinishReason::kDeadline ||
-        (cancel == FinishReason::kNone && s->request.deadline <= now)) {
-      s->End(FinishReason::kDeadline, absl::DeadlineExceededError("the request's deadline passed"));
-    } else if (cancel != FinishReason::kNone) {
-      s->End(cancel);
-    }
+    if (!s->finished()) s->EndIfCancelled(s->request.deadline <= now);
   }
 
   // 2. Prefill chunks under the budget.
@@ -110,7 +118,6 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
     plan.prefills.push_back({s.get(), 0, end, /*first=*/true});
     running_.push_back(std::move(s));
   }
-  active_ = static_cast<int64_t>(running_.size());
   return plan;
 }
 
@@ -130,12 +137,11 @@ std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire() {
   const absl::Time now = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : running_) {
-    if (!s->finished()) continue;
+    if (!s->finished() && !s->EndIfCancelled()) continue;
     NoteRetiredLocked(*s, now);
     retired.push_back(std::move(s));
   }
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
-  active_ = static_cast<int64_t>(running_.size());
   if (queue_.empty() && running_.empty()) idle_.notify_all();
   return retired;
 }
@@ -156,7 +162,6 @@ std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::TakeAll() {
     for (auto& s : running_) all.push_back(std::move(s));
     running_.clear();
     live_.clear();
-    active_ = 0;
   }
   idle_.notify_all();
   return all;
@@ -189,12 +194,13 @@ void Scheduler::WaitUntilStopped() {
 bool Scheduler::WaitIdle(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                        [&] { return queue_.empty() && active_ == 0; });
+                        [&] { return queue_.empty() && running_.empty(); });
 }
 
 Scheduler::Counts Scheduler::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {options_.capacity, active_, static_cast<int64_t>(queue_.size())};
+  return {options_.capacity, static_cast<int64_t>(running_.size()),
+          static_cast<int64_t>(queue_.size())};
 }
 
 absl::Duration Scheduler::RetryHint() const {

@@ -71,6 +71,10 @@ struct ScheduledSequence {
     finish = reason;
     status = std::move(why);
   }
+  // Ends the sequence when its reader asked for it (Cancel RPC, client
+  // cancel or disconnect: kCancelled, status OK; the RPC's deadline:
+  // kDeadline, DEADLINE_EXCEEDED) or `deadline_passed`; true if it did.
+  bool EndIfCancelled(bool deadline_passed = false);
 };
 
 struct SchedulerOptions {
@@ -93,7 +97,8 @@ struct PrefillChunk {
 };
 
 struct IterationPlan {
-  // Left the queue without a slot (cancelled or expired): to be finished.
+  // Left the queue without a slot, cancelled or expired (ended, with the
+  // reason): their streams are still to hear of it.
   std::vector<std::unique_ptr<ScheduledSequence>> dropped;
   // In order: continuing prompts, then new admissions.
   std::vector<PrefillChunk> prefills;
@@ -119,8 +124,9 @@ class Scheduler {
   // Every running sequence that has a token to feed: not finished, not
   // cancelled, its prompt complete.
   std::vector<ScheduledSequence*> DecodeBatch() const;
-  // Removes the finished running sequences (their ids leave the live set at
-  // once, so a client may reuse an id as soon as it hears of the end).
+  // Ends the running sequences whose reader cancelled since Schedule, then
+  // removes every finished one (their ids leave the live set at once, so a
+  // client may reuse an id as soon as it hears of the end).
   std::vector<std::unique_ptr<ScheduledSequence>> Retire();
   // After Stop(): every queued and running sequence, removed.
   std::vector<std::unique_ptr<ScheduledSequence>> TakeAll();
@@ -161,9 +167,9 @@ class Scheduler {
   int64_t arrivals_ = 0;
   // Queued and running requests by id.
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> live_;
-  // Engine thread only (read under mu_ for counts via active_).
+  // Changed by the engine thread only, under mu_ (so other threads may
+  // count it under mu_).
   std::vector<std::unique_ptr<ScheduledSequence>> running_;
-  int64_t active_ = 0;
   bool draining_ = false;
   bool stopped_ = false;
   double mean_request_seconds_ = 1.0;
