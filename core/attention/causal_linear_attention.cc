@@ -58,7 +58,7 @@ torch::Tensor CausalLinearAttentionImpl::forward(const torch::Tensor& queries,
 
   torch::Tensor z = 1 / (torch::einsum("nlhi,nlhi->nlh", {phi_q, phi_k.cumsum(1)}) + eps_);
   torch::Tensor numerator =
-      kernels::CausalDotProduct(HeadsFirst(phi_q), HeadsFirst(phi_k), HeadsFirst(fitted_values))
+      CausalLinearNumerator(HeadsFirst(phi_q), HeadsFirst(phi_k), HeadsFirst(fitted_values))
           .permute({0, 2, 1, 3})
           .contiguous();
   return numerator * z.index({Slice(), Slice(), Slice(), None});
@@ -88,6 +88,11 @@ absl::Status RegisterCausalLinearAttention(AttentionRegistry& registry) {
                              });
                            },
                            {"query_dimensions", "feature_map", "eps", "event_dispatcher"});
+}
+
+torch::Tensor CausalLinearNumerator(const torch::Tensor& phi_q, const torch::Tensor& phi_k,
+                                    const torch::Tensor& values) {
+  return kernels::CausalDotProduct(phi_q, phi_k, values);
 }
 
 }  // namespace performer

@@ -62,6 +62,13 @@ class CausalLinearAttentionImpl : public AttentionImpl {
   std::string event_dispatcher_;
 };
 
+// The causal numerator of linear attention over feature-mapped queries and
+// keys, heads first: phi_q, phi_k [N, H, L, F], values [N, H, L, D] ->
+// sum_{j<=l} (phi_q_l . phi_k_j) v_j [N, H, L, D], differentiable (the
+// causal-product kernel and its own backward, kernels/causal_product.h).
+torch::Tensor CausalLinearNumerator(const torch::Tensor& phi_q, const torch::Tensor& phi_k,
+                                    const torch::Tensor& values);
+
 // Registers "causal-linear" with parameters query_dimensions, feature_map,
 // event_dispatcher.
 absl::Status RegisterCausalLinearAttention(AttentionRegistry& registry);

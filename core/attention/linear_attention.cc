@@ -45,8 +45,8 @@ torch::Tensor LinearAttentionImpl::forward(const torch::Tensor& queries, const t
       phi_k * key_lengths.float_matrix().to(phi_k.device()).index({Slice(), Slice(), None, None});
   // (N, L, H, .) -> (N, H, L, .) views for the kernel (a CUDA kernel on a
   // GPU; BLAS tensor ops, differentiable, on the CPU).
-  return kernels::LinearAttentionForward(phi_q.transpose(1, 2), phi_k.transpose(1, 2),
-                                         values.transpose(1, 2), eps_)
+  return LinearAttentionProduct(phi_q.transpose(1, 2), phi_k.transpose(1, 2),
+                                values.transpose(1, 2), eps_)
       .transpose(1, 2)
       .contiguous();
 }
@@ -75,6 +75,11 @@ absl::Status RegisterLinearAttention(AttentionRegistry& registry) {
                              });
                            },
                            {"query_dimensions", "feature_map", "eps", "event_dispatcher"});
+}
+
+torch::Tensor LinearAttentionProduct(const torch::Tensor& phi_q, const torch::Tensor& phi_k,
+                                     const torch::Tensor& values, double eps) {
+  return kernels::LinearAttentionForward(phi_q, phi_k, values, eps);
 }
 
 }  // namespace performer

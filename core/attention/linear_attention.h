@@ -60,6 +60,14 @@ class LinearAttentionImpl : public AttentionImpl {
 // event_dispatcher.
 absl::Status RegisterLinearAttention(AttentionRegistry& registry);
 
+// The product of non-causal linear attention over feature-mapped queries
+// and keys, heads first: phi_q [N, H, L, F], phi_k [N, H, S, F], values
+// [N, H, S, D] -> phi_q (phi_k^T v) / (phi_q . sum phi_k + eps) [N, H, L, D].
+// Every non-causal linear attention runs on it (kernels/linear_attention.h:
+// CUDA on a GPU; BLAS tensor ops, differentiable, on the CPU).
+torch::Tensor LinearAttentionProduct(const torch::Tensor& phi_q, const torch::Tensor& phi_k,
+                                     const torch::Tensor& values, double eps);
+
 // The feature map of a linear attention: `factory` (elu when nullopt) built
 // for query_dimensions; fails (c10::Error) when the factory yields nothing.
 FeatureMapPtr MakeLinearAttentionFeatureMap(int64_t query_dimensions,

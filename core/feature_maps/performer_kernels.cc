@@ -1,6 +1,10 @@
 #include "core/feature_maps/performer_kernels.h"
 
+#include <torch/torch.h>
+
 #include <cmath>
+
+#include "kernels/favor_features.h"
 
 namespace performer {
 
@@ -67,6 +71,49 @@ torch::Tensor SoftmaxKernelKey(const torch::Tensor& x, const torch::Tensor& proj
 torch::Tensor GeneralizedKernel(const torch::Tensor& x, const torch::Tensor& projection,
                                 KernelFunction fn) {
   return ApplyKernelFunction(fn, ProjectFeatures(x, projection)) + kGeneralizedKernelEps;
+}
+
+namespace {
+
+// Whether the fused kernel computes `map` for x: inference only (it
+// detaches everything), and it fuses the softmax and the ReLU generalized
+// kernels.
+bool Fused(const PerformerFeatureMap& map, const torch::Tensor& x) {
+  if (torch::GradMode::is_enabled() && x.requires_grad()) return false;
+  return map.kind == FeatureKind::kSoftmax ||
+         (map.kind == FeatureKind::kGeneralized && map.kernel_fn == KernelFunction::kReLU);
+}
+
+torch::Tensor PerformerFeatures(const PerformerFeatureMap& map, const torch::Tensor& x,
+                                const torch::Tensor& projection, bool is_query) {
+  switch (map.kind) {
+    case FeatureKind::kNoProjection:
+      if (is_query) return x.softmax(-1);
+      return map.causal ? x.exp() : x.softmax(-2);
+    case FeatureKind::kGeneralized:
+      if (Fused(map, x)) {
+        return kernels::GeneralizedKernelFeatures(x, projection, kGeneralizedKernelEps);
+      }
+      return GeneralizedKernel(x, projection, map.kernel_fn);
+    case FeatureKind::kSoftmax:
+      break;
+  }
+  if (Fused(map, x)) {
+    return kernels::SoftmaxKernelFeatures(x, projection, is_query, kSoftmaxKernelEps);
+  }
+  return is_query ? SoftmaxKernelQuery(x, projection) : SoftmaxKernelKey(x, projection);
+}
+
+}  // namespace
+
+torch::Tensor PerformerQueryFeatures(const PerformerFeatureMap& map, const torch::Tensor& x,
+                                     const torch::Tensor& projection) {
+  return PerformerFeatures(map, x, projection, /*is_query=*/true);
+}
+
+torch::Tensor PerformerKeyFeatures(const PerformerFeatureMap& map, const torch::Tensor& x,
+                                   const torch::Tensor& projection) {
+  return PerformerFeatures(map, x, projection, /*is_query=*/false);
 }
 
 }  // namespace performer

@@ -50,4 +50,24 @@ SoftmaxKeyExponents ComputeSoftmaxKeyExponents(const torch::Tensor& x,
 torch::Tensor GeneralizedKernel(const torch::Tensor& x, const torch::Tensor& projection,
                                 KernelFunction fn);
 
+// The feature map of a performer-pytorch FastAttention: the softmax kernel,
+// the generalized kernel with kernel_fn, or no projection (queries: softmax
+// over the features; keys: exp when causal, else softmax over the sequence).
+enum class FeatureKind { kSoftmax, kGeneralized, kNoProjection };
+struct PerformerFeatureMap {
+  FeatureKind kind = FeatureKind::kSoftmax;
+  KernelFunction kernel_fn = KernelFunction::kReLU;
+  bool causal = false;
+};
+
+// q' and k' [.., n, m] of x [.., n, d] under `map` with the projection
+// P [m, d]: the entry points every FAVOR+ attention uses. Where no gradient
+// is recorded for x, the softmax and ReLU generalized kernels run fused with
+// the projection (kernels/favor_features.h, one pass over u); otherwise the
+// differentiable tensor ops above.
+torch::Tensor PerformerQueryFeatures(const PerformerFeatureMap& map, const torch::Tensor& x,
+                                     const torch::Tensor& projection);
+torch::Tensor PerformerKeyFeatures(const PerformerFeatureMap& map, const torch::Tensor& x,
+                                   const torch::Tensor& projection);
+
 }  // namespace performer

@@ -2,22 +2,13 @@
 
 #include <cmath>
 
-#include "core/feature_maps/performer_kernels.h"
+#include "core/attention/causal_linear_attention.h"
+#include "core/attention/linear_attention.h"
 #include "core/models/initialization.h"
-#include "kernels/causal_linear_prefill.h"
-#include "kernels/causal_product.h"
-#include "kernels/favor_features.h"
-#include "kernels/linear_attention.h"
-#include "kernels/linear_state_step.h"
+#include "core/recurrent/linear_state.h"
 
 namespace performer::models {
 namespace {
-
-// [.., d] -> [.., d + 1] with a trailing 1: one matmul then yields both the
-// numerator (first d columns) and the normaliser (last column).
-torch::Tensor AppendOne(const torch::Tensor& v) {
-  return torch::cat({v, torch::ones_like(v.narrow(-1, 0, 1))}, -1);
-}
 
 double Ratio(int64_t nb_features) { return std::pow(static_cast<double>(nb_features), -0.5); }
 
@@ -25,59 +16,21 @@ double Ratio(int64_t nb_features) { return std::pow(static_cast<double>(nb_featu
 
 FastAttentionImpl::FastAttentionImpl(const FastAttentionConfig& config)
     : config_(config),
-      kind_(config.no_projection           ? FeatureKind::kNoProjection
-            : config.generalized_attention ? FeatureKind::kGeneralized
-                                           : FeatureKind::kSoftmax),
+      feature_map_{config.no_projection           ? FeatureKind::kNoProjection
+                   : config.generalized_attention ? FeatureKind::kGeneralized
+                                                  : FeatureKind::kSoftmax,
+                   config.kernel_fn, config.causal},
       nb_features_(config.resolved_nb_features()) {
   projection_matrix_ =
       register_buffer("projection_matrix", torch::zeros({nb_features_, config.dim_heads}));
 }
 
-bool FastAttentionImpl::FusedFeatures(const torch::Tensor& x) const {
-  // The fused kernel is inference only (it detaches everything); training
-  // keeps the differentiable tensor ops. It fuses only the ReLU generalized
-  // kernel.
-  if (torch::GradMode::is_enabled() && x.requires_grad()) return false;
-  return kind_ == FeatureKind::kSoftmax ||
-         (kind_ == FeatureKind::kGeneralized && config_.kernel_fn == KernelFunction::kReLU);
-}
-
 torch::Tensor FastAttentionImpl::QueryFeatures(const torch::Tensor& q) const {
-  switch (kind_) {
-    case FeatureKind::kNoProjection:
-      return q.softmax(-1);
-    case FeatureKind::kGeneralized:
-      if (FusedFeatures(q)) {
-        return kernels::GeneralizedKernelFeatures(q, projection_matrix_, kGeneralizedKernelEps);
-      }
-      return GeneralizedKernel(q, projection_matrix_, config_.kernel_fn);
-    case FeatureKind::kSoftmax:
-      break;
-  }
-  if (FusedFeatures(q)) {
-    return kernels::SoftmaxKernelFeatures(q, projection_matrix_, /*is_query=*/true,
-                                          kSoftmaxKernelEps);
-  }
-  return SoftmaxKernelQuery(q, projection_matrix_);
+  return PerformerQueryFeatures(feature_map_, q, projection_matrix_);
 }
 
 torch::Tensor FastAttentionImpl::KeyFeatures(const torch::Tensor& k) const {
-  switch (kind_) {
-    case FeatureKind::kNoProjection:
-      return config_.causal ? k.exp() : k.softmax(-2);
-    case FeatureKind::kGeneralized:
-      if (FusedFeatures(k)) {
-        return kernels::GeneralizedKernelFeatures(k, projection_matrix_, kGeneralizedKernelEps);
-      }
-      return GeneralizedKernel(k, projection_matrix_, config_.kernel_fn);
-    case FeatureKind::kSoftmax:
-      break;
-  }
-  if (FusedFeatures(k)) {
-    return kernels::SoftmaxKernelFeatures(k, projection_matrix_, /*is_query=*/false,
-                                          kSoftmaxKernelEps);
-  }
-  return SoftmaxKernelKey(k, projection_matrix_);
+  return PerformerKeyFeatures(feature_map_, k, projection_matrix_);
 }
 
 torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
@@ -86,7 +39,7 @@ torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Te
   if (!config_.causal) {
     TORCH_CHECK(capture == nullptr, "FastAttention: only causal attention leaves a decode state");
     // The reference's linear_attention: no epsilon in the normaliser.
-    return kernels::LinearAttentionForward(qf, KeyFeatures(k), v, /*eps=*/0.0);
+    return LinearAttentionProduct(qf, KeyFeatures(k), v, /*eps=*/0.0);
   }
   if (torch::GradMode::is_enabled() &&
       (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
@@ -95,7 +48,7 @@ torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Te
     TORCH_CHECK(capture == nullptr,
                 "FastAttention: a decode state is captured only without gradients to record");
     torch::Tensor kf = KeyFeatures(k);
-    torch::Tensor numerator = kernels::CausalDotProduct(qf, kf, v);
+    torch::Tensor numerator = CausalLinearNumerator(qf, kf, v);
     torch::Tensor denominator = (qf * (kf.cumsum(-2) + kCausalDenominatorEps)).sum(-1);
     return numerator / denominator.unsqueeze(-1);
   }
@@ -113,41 +66,41 @@ torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const 
                                                  const torch::Tensor& v,
                                                  const SelfAttentionState* from,
                                                  SelfAttentionState* to) const {
-  // One chunkwise prefill gives the numerator, the normaliser (the ones
-  // column of v1) and the final state, which is the decode state.
+  // One chunkwise pass gives the numerator, the normaliser (the last
+  // column) and the final state, which is the decode state.
   const int64_t d = v.size(-1);
-  torch::Tensor v1 = AppendOne(v);
   torch::Tensor q_sum = qf.sum(-1, /*keepdim=*/true);
   torch::Tensor out;
-  if (kind_ == FeatureKind::kSoftmax) {
-    // k' = r (e + 1e-4): the prefill runs on the exponents e alone, in the
+  if (feature_map_.kind == FeatureKind::kSoftmax) {
+    // k' = r (e + 1e-4): the pass runs on the exponents e alone, in the
     // frame of the stabiliser M (the keys' maximum, or the state's if that
     // is larger, whose sums are rescaled to it), and the 1e-4 term is
-    // r 1e-4 (q' . 1) (v_sum + cumsum(v1)). Splitting it off keeps the state
-    // free of the cancellation that subtracting it afterwards would cause.
+    // r 1e-4 (q' . 1) (v_sum + cumsum([v, 1])). Splitting it off keeps the
+    // state free of the cancellation that subtracting it afterwards would
+    // cause.
     SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(
         k, projection_matrix_, from != nullptr ? from->key_max : torch::Tensor());
     torch::Tensor initial_state;
+    torch::Tensor v1 = AppendOne(v);
     torch::Tensor v_sums = v1.cumsum(-2);
     if (from != nullptr) {
       initial_state =
           from->kv * torch::exp(from->key_max - keys.stabiliser).unsqueeze(-1).unsqueeze(-1);
       v_sums = v_sums + from->v_sum.unsqueeze(-2);
     }
-    kernels::CausalLinearPrefillResult prefill =
-        kernels::CausalLinearPrefill(qf, keys.exponents, v1, initial_state);
+    LinearStateAdvance advance = AdvanceLinearState(qf, keys.exponents, v, initial_state);
     const double ratio = Ratio(nb_features_);
-    out = prefill.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v_sums;
+    out = advance.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v_sums;
     if (to != nullptr) {
-      to->kv.copy_(prefill.final_state);
+      to->kv.copy_(advance.final_state);
       to->v_sum.copy_(from != nullptr ? from->v_sum + v1.sum(-2) : v1.sum(-2));
       to->key_max.copy_(keys.stabiliser);
     }
   } else {
-    kernels::CausalLinearPrefillResult prefill = kernels::CausalLinearPrefill(
-        qf, KeyFeatures(k), v1, from != nullptr ? from->kv : torch::Tensor());
-    out = prefill.out;
-    if (to != nullptr) to->kv.copy_(prefill.final_state);
+    LinearStateAdvance advance =
+        AdvanceLinearState(qf, KeyFeatures(k), v, from != nullptr ? from->kv : torch::Tensor());
+    out = advance.out;
+    if (to != nullptr) to->kv.copy_(advance.final_state);
   }
   torch::Tensor denominator = out.narrow(-1, d, 1) + kCausalDenominatorEps * q_sum;
   return (out.narrow(-1, 0, d) / denominator).to(v.scalar_type());
@@ -170,66 +123,43 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
                                       SelfAttentionState& state) const {
   const int64_t rows = qk.size(0), heads = qk.size(1) / 2, d = v.size(-1);
   const int64_t m = feature_dim(), flat = rows * heads;
-  torch::Tensor q_features, key_features, decay, sums;
-  double scale = 1.0, offset = 0.0, eps = kCausalDenominatorEps;
-  if (kind_ == FeatureKind::kSoftmax) {
-    // One projection for q and k. q' = r (e_q + 1e-4) and k' = r (e_k + 1e-4)
-    // with e_k in the frame of the running key maximum (rescaled by decay
-    // when it grows); the kernel gets e_q + 1e-4 and e_k, and the factors r
-    // and the 1e-4 of every key go into scale/offset/eps.
-    torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(qk, scaled_projection_t_)
-                                                     : ProjectFeatures(qk, projection_matrix_);
-    torch::Tensor diag = SoftmaxKernelDiag(qk).squeeze(-1);
-    torch::Tensor state_rows = state.kv.view({flat, m, d + 1});
-    if (kernels::LinearStateStepSupported(state_rows) && state.key_max.is_contiguous() &&
-        state.v_sum.is_contiguous()) {
-      // Feature map, rescaling, update, read-out and normalisation in one pass.
-      torch::Tensor key_max = state.key_max.view({flat});
-      torch::Tensor sums = state.v_sum.view({flat, d + 1});
-      return kernels::FavorStateStep(state_rows, key_max, sums, u.view({rows, 2, heads, m}),
-                                     diag.view({rows, 2, heads}), v.reshape({flat, d}),
-                                     kSoftmaxKernelEps, kCausalDenominatorEps)
-          .view({rows, heads, d});
-    }
-    torch::Tensor uq = u.narrow(1, 0, heads), uk = u.narrow(1, heads, heads);
-    q_features = torch::exp(uq - (diag.narrow(1, 0, heads) + uq.amax(-1)).unsqueeze(-1))
-                     .add_(kSoftmaxKernelEps);
-    torch::Tensor new_max = torch::maximum(state.key_max, uk.amax(-1));
-    decay = torch::exp(state.key_max - new_max);
-    key_features = torch::exp(uk - (diag.narrow(1, heads, heads) + new_max).unsqueeze(-1));
-    state.key_max.copy_(new_max);
-    const double ratio = Ratio(m);
-    scale = ratio * ratio;
-    offset = scale * kSoftmaxKernelEps;
-    eps = kCausalDenominatorEps * ratio;
-    sums = state.v_sum.view({flat, d + 1});
-  } else {
-    q_features = QueryFeatures(qk.narrow(1, 0, heads));
-    key_features = KeyFeatures(qk.narrow(1, heads, heads));
-  }
   torch::Tensor kv = state.kv.view({flat, m, d + 1});
-  q_features = q_features.reshape({flat, m});
-  key_features = key_features.reshape({flat, m});
   torch::Tensor v_flat = v.reshape({flat, d});
-  if (decay.defined()) decay = decay.reshape({flat});
-  if (kernels::LinearStateStepSupported(kv) && (!sums.defined() || sums.is_contiguous())) {
-    return kernels::LinearStateStepNormalized(kv, q_features, key_features, v_flat, decay, sums,
-                                              scale, offset, eps)
+  if (feature_map_.kind != FeatureKind::kSoftmax) {
+    return StepLinearState(kv, QueryFeatures(qk.narrow(1, 0, heads)).reshape({flat, m}),
+                           KeyFeatures(qk.narrow(1, heads, heads)).reshape({flat, m}), v_flat,
+                           torch::Tensor(), torch::Tensor(), 1.0, 0.0, kCausalDenominatorEps)
         .view({rows, heads, d});
   }
-  // Tensor-op form of the same step (devices without the kernel).
-  if (decay.defined()) kv.mul_(decay.view({flat, 1, 1}));
-  torch::Tensor v1 = AppendOne(v_flat);
-  kv.baddbmm_(key_features.unsqueeze(-1), v1.unsqueeze(1));
-  torch::Tensor out = torch::bmm(q_features.unsqueeze(1), kv).squeeze(1);
-  torch::Tensor q_sum = q_features.sum(-1, /*keepdim=*/true);
-  out = out * scale;
-  if (sums.defined()) {
-    sums.add_(v1);
-    out = out + offset * q_sum * sums;
+  // One projection for q and k. q' = r (e_q + 1e-4) and k' = r (e_k + 1e-4)
+  // with e_k in the frame of the running key maximum (rescaled by decay when
+  // it grows); the step gets e_q + 1e-4 and e_k, and the factors r and the
+  // 1e-4 of every key go into scale / offset / eps.
+  torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(qk, scaled_projection_t_)
+                                                   : ProjectFeatures(qk, projection_matrix_);
+  torch::Tensor diag = SoftmaxKernelDiag(qk).squeeze(-1);
+  torch::Tensor sums = state.v_sum.view({flat, d + 1});
+  if (FusedLinearStateStep(kv) && state.key_max.is_contiguous() && state.v_sum.is_contiguous()) {
+    // Feature map, rescaling, update, read-out and normalisation in one pass.
+    torch::Tensor key_max = state.key_max.view({flat});
+    return StepSoftmaxKernelState(kv, key_max, sums, u.view({rows, 2, heads, m}),
+                                  diag.view({rows, 2, heads}), v_flat, kSoftmaxKernelEps,
+                                  kCausalDenominatorEps)
+        .view({rows, heads, d});
   }
-  torch::Tensor denominator = out.narrow(-1, d, 1) + eps * q_sum;
-  return (out.narrow(-1, 0, d) / denominator).view({rows, heads, d});
+  torch::Tensor uq = u.narrow(1, 0, heads), uk = u.narrow(1, heads, heads);
+  torch::Tensor q_features = torch::exp(uq - (diag.narrow(1, 0, heads) + uq.amax(-1)).unsqueeze(-1))
+                                 .add_(kSoftmaxKernelEps);
+  torch::Tensor new_max = torch::maximum(state.key_max, uk.amax(-1));
+  torch::Tensor decay = torch::exp(state.key_max - new_max);
+  torch::Tensor key_features =
+      torch::exp(uk - (diag.narrow(1, heads, heads) + new_max).unsqueeze(-1));
+  state.key_max.copy_(new_max);
+  const double ratio = Ratio(m), scale = ratio * ratio;
+  return StepLinearState(kv, q_features.reshape({flat, m}), key_features.reshape({flat, m}), v_flat,
+                         decay.reshape({flat}), sums, scale, scale * kSoftmaxKernelEps,
+                         kCausalDenominatorEps * ratio)
+      .view({rows, heads, d});
 }
 
 torch::Tensor FastAttentionImpl::Summarize(const torch::Tensor& k, const torch::Tensor& v) const {

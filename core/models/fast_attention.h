@@ -7,19 +7,23 @@
 //   non-causal: out_i = q'_i (sum_j k'_j v_j^T) / (q'_i . sum_j k'_j)
 //   causal:     out_i = sum_{j<=i} (q'_i . k'_j) v_j / (q'_i . (sum_{j<=i} k'_j + 1e-6))
 //
-// The causal case runs as one kernels::CausalLinearPrefill over v with a
-// ones column appended (numerator, normaliser and final state in one
-// chunkwise pass, constant memory in n); the non-causal one is
-// kernels::LinearAttentionForward. Both take the CUDA kernels on a GPU (for
-// inference; the CPU forms are differentiable). Step() is the exact
-// incremental form of the causal case over a DecodeState (see decode_state.h
-// for the running-maximum bookkeeping).
+// It is a composition of library parts: the feature map is the library's
+// performer kernel (core/feature_maps/performer_kernels.h), the causal case
+// advances the library's recurrent linear state (core/recurrent/
+// linear_state.h: numerator, normaliser and final state in one chunkwise
+// pass, constant memory in n), the non-causal one is the library's
+// LinearAttentionProduct and training's causal case its
+// CausalLinearNumerator. Their entry points take the fused and CUDA kernels
+// where those run. Step() is the exact incremental form of the causal case
+// over a DecodeState (see decode_state.h for the running-maximum
+// bookkeeping).
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "core/feature_maps/performer_kernels.h"
 #include "core/models/decode_state.h"
 #include "core/models/performer_config.h"
 
@@ -27,7 +31,7 @@ namespace performer::models {
 
 inline constexpr double kCausalDenominatorEps = 1e-6;
 
-enum class FeatureKind { kSoftmax, kGeneralized, kNoProjection };
+using performer::FeatureKind;
 
 class FastAttentionImpl : public torch::nn::Module {
  public:
@@ -52,13 +56,13 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor Extend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        SelfAttentionState& state) const;
 
-  // q' and k' [.., n, m]. Without gradients to record, the softmax and ReLU
-  // kernels run fused with the projection (kernels/favor_features.h).
+  // q' and k' [.., n, m] (PerformerQueryFeatures / PerformerKeyFeatures).
   torch::Tensor QueryFeatures(const torch::Tensor& q) const;
   torch::Tensor KeyFeatures(const torch::Tensor& k) const;
   // One causal step for the rows of `state`: qk [B, 2h, d] (the h query
   // heads, then the h key heads), v [B, h, d]; updates the state in place and
-  // returns [B, h, d]. Uses kernels::LinearStateStepNormalized on the CPU.
+  // returns [B, h, d] (the library's StepLinearState, or for softmax-kernel
+  // heads StepSoftmaxKernelState, the feature map fused in).
   torch::Tensor Step(const torch::Tensor& qk, const torch::Tensor& v,
                      SelfAttentionState& state) const;
 
@@ -76,11 +80,11 @@ class FastAttentionImpl : public torch::nn::Module {
   // q [B, h, d] against a summary [B, h, m, d+1] -> [B, h, d].
   torch::Tensor AttendSummary(const torch::Tensor& q, const torch::Tensor& kv) const;
 
-  FeatureKind feature_kind() const { return kind_; }
+  FeatureKind feature_kind() const { return feature_map_.kind; }
   int64_t nb_features() const { return nb_features_; }
   // Width of q' and k': nb_features, or dim_heads without projection.
   int64_t feature_dim() const {
-    return kind_ == FeatureKind::kNoProjection ? config_.dim_heads : nb_features_;
+    return feature_map_.kind == FeatureKind::kNoProjection ? config_.dim_heads : nb_features_;
   }
   bool causal() const { return config_.causal; }
   const torch::Tensor& projection_matrix() const { return projection_matrix_; }
@@ -91,11 +95,8 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
                                 const torch::Tensor& v, const SelfAttentionState* from,
                                 SelfAttentionState* to) const;
-  // Whether QueryFeatures/KeyFeatures use the fused kernel for x.
-  bool FusedFeatures(const torch::Tensor& x) const;
-
   FastAttentionConfig config_;
-  FeatureKind kind_;
+  PerformerFeatureMap feature_map_;
   int64_t nb_features_;
   torch::Tensor projection_matrix_;
   torch::Tensor scaled_projection_t_;  // (d^-1/4 P)^T, PrepareForDecoding

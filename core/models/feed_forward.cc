@@ -1,6 +1,6 @@
 #include "core/models/feed_forward.h"
 
-#include "core/models/linear_rows.h"
+#include "core/attention/linear_rows.h"
 
 namespace performer::models {
 

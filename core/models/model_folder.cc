@@ -59,6 +59,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> NormalizeCheckpointKeys(
 void LoadedModel::MoveTo(const torch::Device& device) {
   if (lm) lm->to(device);
   if (encdec) encdec->to(device);
+  if (ftlm) ftlm->to(device);
   if (fast_attention) fast_attention->to(device);
 }
 
@@ -75,8 +76,10 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   }
   auto cls = model.config.find("model_class");
   if (cls == model.config.end() || !cls->is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config_path, ": missing \"model_class\" (PerformerLM, PerformerEncDec or FastAttention)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path,
+                     ": missing \"model_class\" (PerformerLM, PerformerEncDec, FastTransformersLM "
+                     "or FastAttention)"));
   }
   model.model_class = cls->get<std::string>();
   std::shared_ptr<torch::nn::Module> module;
@@ -90,6 +93,13 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
     if (!c.ok()) return Annotate(c.status(), config_path);
     model.encdec = PerformerEncDec(*c);
     module = model.encdec.ptr();
+  } else if (model.model_class == "FastTransformersLM") {
+    absl::StatusOr<FastTransformersLMConfig> c = ParseFastTransformersLMConfig(model.config);
+    if (!c.ok()) return Annotate(c.status(), config_path);
+    absl::StatusOr<FastTransformersLM> ftlm = FastTransformersLMImpl::Create(*c);
+    if (!ftlm.ok()) return Annotate(ftlm.status(), config_path);
+    model.ftlm = *std::move(ftlm);
+    module = model.ftlm;
   } else if (model.model_class == "FastAttention") {
     absl::StatusOr<FastAttentionConfig> c = ParseFastAttentionConfig(model.config);
     if (!c.ok()) return Annotate(c.status(), config_path);
@@ -98,7 +108,7 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(config_path, ": unknown model_class \"", model.model_class,
-                     "\" (PerformerLM, PerformerEncDec or FastAttention)"));
+                     "\" (PerformerLM, PerformerEncDec, FastTransformersLM or FastAttention)"));
   }
   absl::StatusOr<std::map<std::string, torch::Tensor>> weights = io::LoadSafetensors(weights_path);
   if (!weights.ok()) return weights.status();

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/models/fast_attention.h"
+#include "core/models/fast_transformers_lm.h"
 #include "core/models/performer_encdec.h"
 #include "core/models/performer_lm.h"
 
@@ -22,10 +23,12 @@ namespace performer::models {
 
 struct LoadedModel {
   std::string dir;
-  std::string model_class;                // "PerformerLM", "PerformerEncDec" or "FastAttention"
+  // "PerformerLM", "PerformerEncDec", "FastTransformersLM" or "FastAttention".
+  std::string model_class;
   nlohmann::json config;                  // config.json as read
   PerformerLM lm{nullptr};                // model_class PerformerLM
   PerformerEncDec encdec{nullptr};        // model_class PerformerEncDec
+  FastTransformersLM ftlm;                // model_class FastTransformersLM
   FastAttention fast_attention{nullptr};  // model_class FastAttention
 
   // Moves the parameters and buffers of whichever module is held to

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "core/models/linear_rows.h"
+#include "core/attention/linear_rows.h"
 #include "core/models/rotary.h"
 
 namespace performer::models {

@@ -1,6 +1,6 @@
 #include "core/models/performer_lm.h"
 
-#include "core/models/linear_rows.h"
+#include "core/attention/linear_rows.h"
 
 namespace performer::models {
 

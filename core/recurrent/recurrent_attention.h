@@ -22,6 +22,7 @@
 
 #include "core/introspection.h"
 #include "core/masks.h"
+#include "core/recurrent/slot_state.h"
 
 namespace performer {
 
@@ -76,10 +77,25 @@ inline bool IsNewSequence(const AttentionState& state) {
 
 // Recurrent self attention: query (N,H,E), key (N,H,E), value (N,H,D) of the
 // current step -> (N,H,D); implicitly causal.
+//
+// The slot form (slot_state.h) is what a server decodes with: an attention
+// that has one returns its per-sequence tensors from SlotStateSpec and
+// advances a batch of pool rows with ForwardSlots. One without (the default)
+// cannot be served; a user-registered attention gets served by overriding
+// both.
 class RecurrentAttentionImpl : public torch::nn::Module, public Introspectable {
  public:
   virtual torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key,
                                 const torch::Tensor& value, AttentionState& state) = 0;
+
+  // The tensors one sequence keeps; empty when there is no slot form.
+  virtual std::vector<SlotTensorSpec> SlotStateSpec(const SlotShape& shape) const;
+  // queries, keys [N, n, H, E], values [N, n, H, D]: the next n tokens of the
+  // N rows -> [N, n, H, D]. Causal: token i of row r sees its row's past and
+  // tokens 0..i of the call. Updates rows.tensors in place (not positions:
+  // the caller advances them once for the whole stack). Inference only.
+  virtual torch::Tensor ForwardSlots(const torch::Tensor& queries, const torch::Tensor& keys,
+                                     const torch::Tensor& values, SlotRows& rows);
 };
 
 // Recurrent cross attention: query (N,H,E) -> (N,H,D). keys (N,S,H,E) and

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/attention/attention_layer.h"
+#include "core/attention/linear_rows.h"
 
 namespace performer {
 namespace {
@@ -66,6 +67,20 @@ torch::Tensor RecurrentAttentionLayerImpl::forward(const torch::Tensor& query,
   torch::Tensor v = value_projection->forward(value).reshape({n, h, -1});
   torch::Tensor attended = inner_attention_->forward(q, k, v, state).reshape({n, -1});
   return out_projection->forward(attended);
+}
+
+std::vector<SlotTensorSpec> RecurrentAttentionLayerImpl::SlotStateSpec(int64_t max_length) const {
+  return inner_attention_->SlotStateSpec({n_heads_, d_keys_, d_values_, max_length});
+}
+
+torch::Tensor RecurrentAttentionLayerImpl::ForwardSlots(const torch::Tensor& x, SlotRows& rows) {
+  TORCH_CHECK(x.dim() == 3, "RecurrentAttentionLayer::ForwardSlots expects x (N, n, d_model)");
+  const int64_t batch = x.size(0), n = x.size(1), h = n_heads_;
+  torch::Tensor q = ApplyLinear(query_projection, x).view({batch, n, h, -1});
+  torch::Tensor k = ApplyLinear(key_projection, x).view({batch, n, h, -1});
+  torch::Tensor v = ApplyLinear(value_projection, x).view({batch, n, h, -1});
+  torch::Tensor attended = inner_attention_->ForwardSlots(q, k, v, rows).reshape({batch, n, -1});
+  return ApplyLinear(out_projection, attended);
 }
 
 std::optional<ParamValue> RecurrentAttentionLayerImpl::attribute(const std::string& name) const {

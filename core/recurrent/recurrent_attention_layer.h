@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/introspection.h"
 #include "core/masks.h"
@@ -48,6 +49,13 @@ class RecurrentAttentionLayerImpl : public torch::nn::Module, public Introspecta
   // query, key, value (N, d_model) -> (N, d_model); `state` is read and updated.
   torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key,
                         const torch::Tensor& value, AttentionState& state);
+
+  // The slot form (slot_state.h) of the inner attention under these
+  // projections: its per-sequence tensors for sequences of up to
+  // `max_length` tokens, and x [N, n, d_model] (self attention over the next
+  // n tokens of N pool rows) -> [N, n, d_model].
+  std::vector<SlotTensorSpec> SlotStateSpec(int64_t max_length) const;
+  torch::Tensor ForwardSlots(const torch::Tensor& x, SlotRows& rows);
 
   std::string class_name() const override { return "RecurrentAttentionLayer"; }
   // n_heads, d_model, d_keys, d_values, d_model_keys.

@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <limits>
+
 #include "core/attention/attention.h"
+#include "core/recurrent/key_value_slots.h"
 #include "core/registry/param_spec.h"
 
 namespace performer {
@@ -67,6 +70,23 @@ torch::Tensor RecurrentFullAttentionImpl::forward(const torch::Tensor& query,
   torch::Tensor out = torch::matmul(attention.unsqueeze(-2), values).squeeze(-2);
   state = RecurrentFullState{keys, values};
   return out;
+}
+
+std::vector<SlotTensorSpec> RecurrentFullAttentionImpl::SlotStateSpec(
+    const SlotShape& shape) const {
+  return KeyValueSlotSpec(shape);
+}
+
+torch::Tensor RecurrentFullAttentionImpl::ForwardSlots(const torch::Tensor& queries,
+                                                       const torch::Tensor& keys,
+                                                       const torch::Tensor& values,
+                                                       SlotRows& rows) {
+  const double temp = SoftmaxTemperature(softmax_temp_, queries.size(-1));
+  KeyValueWindow window = AppendKeyValues(keys, values, rows);
+  torch::Tensor scores = torch::einsum("nlhe,nthe->nhlt", {queries, window.keys}) * temp;
+  scores.masked_fill_(window.visible.logical_not(), -std::numeric_limits<float>::infinity());
+  torch::Tensor attention = dropout_->forward(torch::softmax(scores, -1));
+  return torch::einsum("nhlt,nthd->nlhd", {attention, window.values});
 }
 
 std::optional<ParamValue> RecurrentFullAttentionImpl::attribute(const std::string& name) const {

@@ -45,6 +45,11 @@ class RecurrentFullAttentionImpl : public RecurrentAttentionImpl {
 
   torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key,
                         const torch::Tensor& value, AttentionState& state) override;
+  // Slot form: every past key and value (key_value_slots.h), softmax over
+  // the visible ones.
+  std::vector<SlotTensorSpec> SlotStateSpec(const SlotShape& shape) const override;
+  torch::Tensor ForwardSlots(const torch::Tensor& queries, const torch::Tensor& keys,
+                             const torch::Tensor& values, SlotRows& rows) override;
 
   std::string class_name() const override { return "RecurrentFullAttention"; }
   // softmax_temp (None or float), dropout.p, event_dispatcher.

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/feature_maps/feature_map_catalogue.h"
+#include "core/recurrent/linear_state.h"
 #include "core/registry/param_spec.h"
 
 namespace performer {
@@ -108,6 +109,29 @@ torch::Tensor RecurrentLinearAttentionImpl::forward(const torch::Tensor& query,
   out = out * inv_denominator.unsqueeze(-1);
   state = RecurrentLinearState{kv, normalizer};
   return out;
+}
+
+std::vector<SlotTensorSpec> RecurrentLinearAttentionImpl::SlotStateSpec(
+    const SlotShape& shape) const {
+  return {{{shape.heads, feature_map_->output_dims(), shape.value_dims + 1}, 0.0}};
+}
+
+torch::Tensor RecurrentLinearAttentionImpl::ForwardSlots(const torch::Tensor& queries,
+                                                         const torch::Tensor& keys,
+                                                         const torch::Tensor& values,
+                                                         SlotRows& rows) {
+  TORCH_CHECK(rows.tensors.size() == 1, "RecurrentLinearAttention's slot state has 1 tensor, got ",
+              rows.tensors.size());
+  torch::Tensor& state = rows.tensors[0];  // [N, H, F, D + 1]
+  const int64_t d = values.size(-1);
+  // [N, n, H, *] -> [N, H, n, *]
+  torch::Tensor phi_q = feature_map_->forward_queries(queries).transpose(1, 2);
+  torch::Tensor phi_k = feature_map_->forward_keys(keys).transpose(1, 2);
+  LinearStateAdvance result = AdvanceLinearState(phi_q.contiguous(), phi_k.contiguous(),
+                                                 values.transpose(1, 2).contiguous(), state);
+  state.copy_(result.final_state);
+  torch::Tensor out = result.out.narrow(-1, 0, d) / (result.out.narrow(-1, d, 1) + eps_);
+  return out.transpose(1, 2).to(values.scalar_type());
 }
 
 std::optional<ParamValue> RecurrentLinearAttentionImpl::attribute(const std::string& name) const {

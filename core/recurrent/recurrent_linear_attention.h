@@ -56,6 +56,13 @@ class RecurrentLinearAttentionImpl : public RecurrentAttentionImpl {
 
   torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key,
                         const torch::Tensor& value, AttentionState& state) override;
+  // Slot form: one tensor [H, F, D + 1] per sequence, S with Z as its last
+  // column (the layout of kernels/causal_linear_prefill.h), advanced by n
+  // tokens with one chunkwise causal product from the stored state. The
+  // feature map is never resampled here (serving loads it frozen).
+  std::vector<SlotTensorSpec> SlotStateSpec(const SlotShape& shape) const override;
+  torch::Tensor ForwardSlots(const torch::Tensor& queries, const torch::Tensor& keys,
+                             const torch::Tensor& values, SlotRows& rows) override;
 
   std::string class_name() const override { return "RecurrentLinearAttention"; }
   // query_dimensions, eps, event_dispatcher.

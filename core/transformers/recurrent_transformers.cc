@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "core/attention/linear_rows.h"
+
 namespace performer {
 namespace {
 
@@ -75,9 +77,21 @@ torch::Tensor RecurrentTransformerEncoderLayerImpl::forward(const torch::Tensor&
                                                             AttentionState& state) {
   TORCH_CHECK(x.dim() == 2,
               "RecurrentTransformerEncoderLayer expects one time step x (N, d_model)");
-  torch::Tensor h = norm1->forward(x + dropout->forward(attention->forward(x, x, x, state)));
-  torch::Tensor y = dropout->forward(ApplyActivation(activation_, linear1->forward(h)));
-  y = dropout->forward(linear2->forward(y));
+  return AfterAttention(x, attention->forward(x, x, x, state));
+}
+
+torch::Tensor RecurrentTransformerEncoderLayerImpl::ForwardSlots(const torch::Tensor& x,
+                                                                 SlotRows& rows) {
+  return AfterAttention(x, attention->ForwardSlots(x, rows));
+}
+
+torch::Tensor RecurrentTransformerEncoderLayerImpl::AfterAttention(const torch::Tensor& x,
+                                                                   const torch::Tensor& attended) {
+  // ApplyLinear: the module's forward under autograd, a skinny product for
+  // the few rows of a decode step.
+  torch::Tensor h = norm1->forward(x + dropout->forward(attended));
+  torch::Tensor y = dropout->forward(ApplyActivation(activation_, ApplyLinear(linear1, h)));
+  y = dropout->forward(ApplyLinear(linear2, y));
   return norm2->forward(h + y);
 }
 
@@ -146,6 +160,24 @@ torch::Tensor RecurrentTransformerEncoderImpl::forward(const torch::Tensor& x,
               state.layers.size(), " layers, the model ", layers_.size());
   torch::Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i]->forward(h, state.layers[i]);
+  return norm_.is_empty() ? h : norm_->forward(h);
+}
+
+std::vector<std::vector<SlotTensorSpec>> RecurrentTransformerEncoderImpl::SlotStateSpecs(
+    int64_t max_length) const {
+  std::vector<std::vector<SlotTensorSpec>> specs;
+  for (const RecurrentTransformerEncoderLayerPtr& layer : layers_) {
+    specs.push_back(layer->attention->SlotStateSpec(max_length));
+  }
+  return specs;
+}
+
+torch::Tensor RecurrentTransformerEncoderImpl::ForwardSlots(const torch::Tensor& x,
+                                                            std::vector<SlotRows>& rows) {
+  TORCH_CHECK(rows.size() == layers_.size(), "RecurrentTransformerEncoder: ", rows.size(),
+              " layers of slot rows for ", layers_.size(), " layers");
+  torch::Tensor h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i]->ForwardSlots(h, rows[i]);
   return norm_.is_empty() ? h : norm_->forward(h);
 }
 

@@ -90,6 +90,8 @@ class RecurrentTransformerEncoderLayerImpl : public torch::nn::Module, public In
 
   // x (N, d_model) -> (N, d_model); `state` is read and updated.
   torch::Tensor forward(const torch::Tensor& x, AttentionState& state);
+  // The slot form: x (N, n, d_model), the next n tokens of N pool rows.
+  torch::Tensor ForwardSlots(const torch::Tensor& x, SlotRows& rows);
 
   std::string class_name() const override { return "RecurrentTransformerEncoderLayer"; }
   // dropout.p, activation, d_model, d_ff.
@@ -103,6 +105,9 @@ class RecurrentTransformerEncoderLayerImpl : public torch::nn::Module, public In
   torch::nn::Dropout dropout{nullptr};
 
  private:
+  // What follows the attention: residual, norm1, feed-forward, norm2.
+  torch::Tensor AfterAttention(const torch::Tensor& x, const torch::Tensor& attended);
+
   int64_t d_model_;
   int64_t d_ff_;
   Activation activation_;
@@ -150,6 +155,13 @@ class RecurrentTransformerEncoderImpl : public torch::nn::Module, public Introsp
 
   // x (N, d_model) -> (N, d_model); `state` is read and updated.
   torch::Tensor forward(const torch::Tensor& x, RecurrentEncoderState& state);
+
+  // The slot form (core/recurrent/slot_state.h): every layer's per-sequence
+  // tensors for sequences of up to `max_length` tokens (the layout of a
+  // StatePool), and x (N, n, d_model) for the next n tokens of N pool rows,
+  // rows[i] being layer i's -> (N, n, d_model). Positions are not advanced.
+  std::vector<std::vector<SlotTensorSpec>> SlotStateSpecs(int64_t max_length) const;
+  torch::Tensor ForwardSlots(const torch::Tensor& x, std::vector<SlotRows>& rows);
 
   std::string class_name() const override { return "RecurrentTransformerEncoder"; }
 

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "core/decoding/performer_decoder.h"
+#include "core/decoding/decoder_factory.h"
 #include "core/models/model_folder.h"
 #include "kernels/kernels_info.h"
 #include "server/engine/compute_thread.h"
@@ -74,21 +74,22 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
       hosted->embedder = std::make_unique<Embedder>(*model);
     }
     // The exact state size decides the slots.
-    const int64_t bytes = decoding::PerformerDecoder::StateBytesPerSequence(*model);
+    absl::StatusOr<int64_t> bytes = decoding::StateBytesPerSequence(*model);
+    if (!bytes.ok()) return bytes.status();
     const int64_t slots = std::min<int64_t>(
-        options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, bytes));
+        options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, *bytes));
     if (slots < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(hosted->name, ": one sequence needs ", bytes,
+      return absl::InvalidArgumentError(absl::StrCat(hosted->name, ": one sequence needs ", *bytes,
                                                      " state bytes but --state_memory_bytes is ",
                                                      options.state_memory_bytes));
     }
-    absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
-        decoding::PerformerDecoder::Create(*model, slots);
+    absl::Status speedups;
+    absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
+        decoding::CreateDecoder(*model, slots, &speedups);
     if (!decoder.ok()) return decoder.status();
-    if (!(*decoder)->cuda_graphs_status().ok()) {
+    if (!speedups.ok()) {
       LogEvent(spdlog::level::warn, "CUDA graphs unavailable: decode steps run eagerly",
-               {{"model", hosted->name},
-                {"reason", std::string((*decoder)->cuda_graphs_status().message())}});
+               {{"model", hosted->name}, {"reason", std::string(speedups.message())}});
     }
     const absl::Time warmup_start = absl::Now();
     if (absl::Status s = WarmUp(**decoder); !s.ok()) {

@@ -19,7 +19,7 @@
 #               with values it parses (performer-serve --only_check_args);
 #               container, probe, Service and scrape-annotation ports =
 #               --port / --metrics_port; gRPC probes on the health names the
-#               server serves (server/main.cc; also queried on a running
+#               server serves (server/serve_main.cc; also queried on a running
 #               server when Python grpcio is installed);
 #               terminationGracePeriodSeconds > preStop + --drain_timeout +
 #               the server's 5 s shutdown; memory limit above the state
@@ -127,7 +127,7 @@ PLUGIN = os.path.join(os.path.dirname(SERVER), "libperformer_sentencepiece.so")
 # required, zlib1g is pulled by dpkg); anything else must be installed.
 RUNTIME_BASE = "debian:12-slim"
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
-# server->Shutdown(now + 5 s) after the drain (server/main.cc).
+# server->Shutdown(now + 5 s) after the drain (server/serve_main.cc).
 SHUTDOWN_SECONDS = 5
 # Headroom over the state pools and weights: LibTorch, OpenBLAS, gRPC and
 # activation buffers (about 240 MiB resident with 64 streams of the default
@@ -558,12 +558,12 @@ def selects(selector, labels):
 
 
 def health_names():
-    """The grpc.health.v1 names server/main.cc serves."""
-    source = open(os.path.join(ROOT, "server", "main.cc")).read()
+    """The grpc.health.v1 names server/serve_main.cc serves."""
+    source = open(os.path.join(ROOT, "server", "serve_main.cc")).read()
     service = re.search(r'kServiceName\[\] = "(.*?)"', source)
     liveness = re.search(r'kLivenessName\[\] = "(.*?)"', source)
     if not service or not liveness:
-        raise CheckError("server/main.cc: cannot find kServiceName / kLivenessName")
+        raise CheckError("server/serve_main.cc: cannot find kServiceName / kLivenessName")
     # Readiness: "" and the service name; liveness: its own name only.
     return {"ready": {"", service.group(1)}, "liveness": {liveness.group(1)}}
 

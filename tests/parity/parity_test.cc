@@ -2,7 +2,7 @@
 // (so a PERFORMER_FIXTURES set at test time is honoured):
 //   Repository/<Family>Parity.Case/<case>   the repository's tests/fixtures
 //   External/<Family>Parity.Case/<case>     the external root, when present
-// with <Family> FastTransformers or Performer. Both roots run in full: a case
+// with <Family> FastTransformers, FastTransformersLM or Performer. Both roots run in full: a case
 // that both hold runs twice, once from each (the external copy may differ:
 // tools/export_roundtrip points PERFORMER_FIXTURES at re-exported weights).
 // A kind without a runner fails; the repository's family folders must exist
@@ -91,6 +91,7 @@ std::string CaseName(const ::testing::TestParamInfo<CaseRef>& info) {
   }
 
 PERFORMER_FAMILY_SUITE(FastTransformersParity, "fast_transformers")
+PERFORMER_FAMILY_SUITE(FastTransformersLMParity, "fast_transformers_lm")
 PERFORMER_FAMILY_SUITE(PerformerParity, "performer")
 
 // The performer-pytorch cases again with the model, its inputs and the
@@ -109,6 +110,23 @@ INSTANTIATE_TEST_SUITE_P(External, PerformerParityCuda,
                          ::testing::ValuesIn(Cases("performer", FixtureSource::kExternal)),
                          CaseName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PerformerParityCuda);
+
+// The FastTransformersLM cases with the model, its inputs and the decoder's
+// state pool on the GPU.
+class FastTransformersLMParityCuda : public ::testing::TestWithParam<CaseRef> {};
+TEST_P(FastTransformersLMParityCuda, Case) {
+  PERFORMER_REQUIRE_CUDA();
+  RunCase("fast_transformers_lm", GetParam(), torch::kCUDA);
+}
+INSTANTIATE_TEST_SUITE_P(Repository, FastTransformersLMParityCuda,
+                         ::testing::ValuesIn(Cases("fast_transformers_lm",
+                                                   FixtureSource::kRepository)),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(External, FastTransformersLMParityCuda,
+                         ::testing::ValuesIn(Cases("fast_transformers_lm",
+                                                   FixtureSource::kExternal)),
+                         CaseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FastTransformersLMParityCuda);
 
 // The fast-transformers cases that compute (attention types, the attention
 // layer, feature maps, encoders and decoders with their recurrent twins)

@@ -1,4 +1,4 @@
-// ServerMetrics wired as server/main.cc wires it (the service's RpcObserver,
+// ServerMetrics wired as server/serve_main.cc wires it (the service's RpcObserver,
 // each engine's EngineObserver, the repository's scrape-time collector) on
 // an in-process server over models/: requests move the counters of the
 // Prometheus text exposition as they should.

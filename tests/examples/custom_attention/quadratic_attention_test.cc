@@ -1,9 +1,12 @@
-// A user-defined attention, as in the reference's "creating a custom
-// attention layer" document: "square" attention with scores (q.k)^2 * temp,
-// multiplicatively masked and normalised by their sum over the keys. It is
-// registered with its own parameter, built through AttentionBuilder, and
-// checked against a direct computation; on a fresh registry and on the
-// global one.
+// The user-defined attention of examples/custom_attention: "square"
+// attention with weights (temp * q.k)^2, multiplicatively masked and
+// normalised by their sum over the keys. It is registered with its own
+// parameters, built through AttentionBuilder, and checked against a direct
+// computation, on a fresh registry and on the global one; its recurrent twin
+// (one step at a time, and the slot form a server decodes with) against the
+// batch form under a causal mask.
+#include "examples/custom_attention/quadratic_attention.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,51 +14,18 @@
 
 #include "core/attention/attention_registries.h"
 #include "core/builders/attention_builder.h"
-#include "core/registry/param_spec.h"
+#include "core/recurrent/state_pool.h"
 #include "tests/core/attention/attention_test_util.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::testing {
 namespace {
 
-class QuadraticAttentionImpl : public AttentionImpl {
- public:
-  explicit QuadraticAttentionImpl(double quadratic_temp = 1.0, double eps = 1e-6)
-      : quadratic_temp_(quadratic_temp), eps_(eps) {}
+using examples::QuadraticAttentionImpl;
+using examples::RecurrentQuadraticAttentionImpl;
+using examples::RegisterQuadraticAttention;
 
-  torch::Tensor forward(const torch::Tensor& queries, const torch::Tensor& keys,
-                        const torch::Tensor& values, const Mask& attn_mask,
-                        const Mask& /*query_lengths*/, const Mask& key_lengths) override {
-    torch::Tensor scores = torch::einsum("nlhe,nshe->nhls", {queries, keys}).square();
-    scores = scores * quadratic_temp_;
-    scores = scores * attn_mask.float_matrix();
-    scores = scores * key_lengths.float_matrix().unsqueeze(1).unsqueeze(1);
-    torch::Tensor attention = scores / (scores.sum(-1, /*keepdim=*/true) + eps_);
-    return torch::einsum("nhls,nshd->nlhd", {attention, values}).contiguous();
-  }
-
-  std::string class_name() const override { return "QuadraticAttention"; }
-  std::optional<ParamValue> attribute(const std::string& name) const override {
-    if (name == "quadratic_temp") return ParamValue(quadratic_temp_);
-    if (name == "eps") return ParamValue(eps_);
-    return std::nullopt;
-  }
-
- private:
-  double quadratic_temp_;
-  double eps_;
-};
-
-absl::Status RegisterQuadraticAttention(AttentionRegistry& registry) {
-  return registry.Register(
-      "square", "QuadraticAttention", {{"quadratic_temp", OptionalSpec(FloatSpec(), 1.0)}},
-      [](const std::vector<AttentionPtr>& /*positional*/,
-         const ParamMap& params) -> absl::StatusOr<AttentionPtr> {
-        return std::make_shared<QuadraticAttentionImpl>(params.at("quadratic_temp").as_float());
-      });
-}
-
-// Direct computation for one (n, h): w[l,s] = t (q_l.k_s)^2 [s < len],
+// Direct computation for one (n, h): w[l,s] = (t q_l.k_s)^2 [s < len],
 // out_l = sum_s w[l,s] v_s / (sum_s w[l,s] + eps).
 torch::Tensor ReferenceSquare(const Qkv& x, double t, const std::vector<int64_t>& key_lengths) {
   torch::Tensor out =
@@ -65,7 +35,7 @@ torch::Tensor ReferenceSquare(const Qkv& x, double t, const std::vector<int64_t>
       torch::Tensor q = x.queries.select(0, n).select(1, h);
       torch::Tensor k = x.keys.select(0, n).select(1, h);
       torch::Tensor v = x.values.select(0, n).select(1, h);
-      torch::Tensor w = q.matmul(k.t()).pow(2) * t;
+      torch::Tensor w = (q.matmul(k.t()) * t).pow(2);
       w.slice(1, key_lengths[n]).zero_();
       out.select(0, n).select(1, h).copy_(w.matmul(v) / (w.sum(1, true) + 1e-6));
     }
@@ -118,6 +88,49 @@ TEST(QuadraticAttentionTest, OnTheGlobalRegistry) {
   absl::StatusOr<AttentionPtr> composed = builder.Build("conditional-full:square");
   ASSERT_TRUE(composed.ok()) << composed.status();
   EXPECT_EQ((*composed)->attribute("other_attention.__class__")->as_string(), "QuadraticAttention");
+}
+
+TEST(QuadraticAttentionTest, DeclaresBothParameters) {
+  AttentionRegistry registry;
+  ASSERT_TRUE(RegisterQuadraticAttention(registry).ok());
+  AttentionBuilder builder(registry);
+  ASSERT_TRUE(builder.Set("eps", 0.5).ok());
+  absl::StatusOr<AttentionPtr> attention = builder.Build("square");
+  ASSERT_TRUE(attention.ok()) << attention.status();
+  EXPECT_DOUBLE_EQ((*attention)->attribute("eps")->as_float(), 0.5);
+  EXPECT_DOUBLE_EQ((*attention)->attribute("quadratic_temp")->as_float(), 1.0);
+  AttentionBuilder defaults(registry);
+  EXPECT_DOUBLE_EQ((*defaults.Build("square"))->attribute("eps")->as_float(), 1e-6);
+}
+
+TEST(QuadraticAttentionTest, RecurrentTwinMatchesTheCausalBatchForm) {
+  torch::NoGradGuard no_grad;
+  constexpr int64_t kL = 6;
+  const Qkv x = RandomQkv(2, kL, kL, 2, 3, 4, 5);
+  QuadraticAttentionImpl batch(0.7);
+  const torch::Tensor expected =
+      batch.forward(x.queries, x.keys, x.values, Mask::TriangularCausal(kL), FullLengths(2, kL),
+                    FullLengths(2, kL));
+  // One step at a time.
+  RecurrentQuadraticAttentionImpl recurrent(0.7);
+  AttentionState state;
+  std::vector<torch::Tensor> steps;
+  for (int64_t i = 0; i < kL; ++i) {
+    steps.push_back(recurrent.forward(x.queries.select(1, i), x.keys.select(1, i),
+                                      x.values.select(1, i), state));
+  }
+  EXPECT_TENSOR_CLOSE(torch::stack(steps, 1), expected, 1e-5, 1e-5);
+  // The slot form: a chunk of 4 then two steps.
+  StatePool pool({recurrent.SlotStateSpec({2, 3, 4, 8})}, 2, torch::TensorOptions());
+  std::vector<torch::Tensor> chunks;
+  for (auto [from, to] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}, {5, 6}}) {
+    std::vector<SlotRows> rows = pool.Rows(0, 2, to);
+    chunks.push_back(recurrent.ForwardSlots(x.queries.narrow(1, from, to - from),
+                                            x.keys.narrow(1, from, to - from),
+                                            x.values.narrow(1, from, to - from), rows.front()));
+    rows.front().positions.add_(to - from);
+  }
+  EXPECT_TENSOR_CLOSE(torch::cat(chunks, 1), expected, 1e-5, 1e-5);
 }
 
 }  // namespace

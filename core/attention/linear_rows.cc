@@ -1,10 +1,10 @@
-#include "core/models/linear_rows.h"
+#include "core/attention/linear_rows.h"
 
 #include <vector>
 
 #include "kernels/skinny_linear.h"
 
-namespace performer::models {
+namespace performer {
 namespace {
 
 // Up to this many rows the skinny kernel (which streams W once) beats
@@ -52,4 +52,4 @@ torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x
   return LinearRows(layer, x.reshape({rows, in}).contiguous()).view(shape);
 }
 
-}  // namespace performer::models
+}  // namespace performer

@@ -1,0 +1,27 @@
+// The decoder of a loaded model folder, whatever its class: what a server
+// uses so that it knows models only through SequenceDecoder.
+//   PerformerLM (causal), PerformerEncDec   PerformerDecoder
+//   FastTransformersLM                      FastTransformersDecoder
+// Other classes (a bidirectional PerformerLM, FastAttention) do not decode:
+// FailedPrecondition.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/decoding/sequence_decoder.h"
+#include "core/models/model_folder.h"
+
+namespace performer::decoding {
+
+// Exact state bytes of one sequence of `model`'s decoder, without building it.
+absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
+
+// A decoder of `capacity` slots; `warnings` (may be null) receives why an
+// optional speed-up is off (CUDA graphs that could not be captured).
+absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(models::LoadedModel model,
+                                                               int64_t capacity,
+                                                               absl::Status* warnings = nullptr);
+
+}  // namespace performer::decoding

@@ -1,0 +1,85 @@
+#include "core/decoding/fast_transformers_decoder.h"
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace performer::decoding {
+namespace {
+
+absl::Status CheckDecodable(const models::LoadedModel& model) {
+  if (model.model_class != "FastTransformersLM" || !model.ftlm) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model_class ", model.model_class, " cannot decode with FastTransformersDecoder"));
+  }
+  if (std::string missing = model.ftlm->SlotFormMissing(); !missing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("attention ", missing,
+                     " has no slot form (SlotStateSpec / ForwardSlots): it cannot be served"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder::Create(
+    models::LoadedModel model, int64_t capacity) {
+  if (capacity < 1) return absl::InvalidArgumentError("decoder capacity must be at least 1");
+  if (absl::Status s = CheckDecodable(model); !s.ok()) return s;
+  model.ftlm->PrepareForDecoding();
+  const torch::Device device = model.ftlm->token_emb->weight.device();
+  c10::InferenceMode guard;
+  StatePool pool(model.ftlm->SlotStateSpecs(), capacity, torch::TensorOptions().device(device));
+  DecoderInfo info;
+  info.model_class = model.model_class;
+  info.vocab_size = model.ftlm->config().num_tokens;
+  info.max_seq_len = model.ftlm->config().max_seq_len;
+  info.capacity = capacity;
+  info.state_bytes_per_sequence = pool.BytesPerSequence();
+  return std::unique_ptr<FastTransformersDecoder>(
+      new FastTransformersDecoder(info, std::move(model), std::move(pool)));
+}
+
+absl::StatusOr<int64_t> FastTransformersDecoder::StateBytesPerSequence(
+    const models::LoadedModel& model) {
+  if (absl::Status s = CheckDecodable(model); !s.ok()) return s;
+  // A pool of one slot on the CPU has the same layout.
+  c10::InferenceMode guard;
+  return StatePool(model.ftlm->SlotStateSpecs(), 1, torch::TensorOptions()).BytesPerSequence();
+}
+
+FastTransformersDecoder::FastTransformersDecoder(const DecoderInfo& info, models::LoadedModel model,
+                                                 StatePool pool)
+    : SlotPoolDecoder(info, model.ftlm->token_emb->weight.device()),
+      model_(std::move(model)),
+      pool_(std::move(pool)) {}
+
+torch::Tensor FastTransformersDecoder::PrefillSlot(int64_t slot, const PrefillRequest& request) {
+  pool_.ResetRows(slot, 1);
+  return ExtendSlot(slot, 0, OnDevice(request.prompt));
+}
+
+torch::Tensor FastTransformersDecoder::ExtendSlot(int64_t slot, int64_t position,
+                                                  const torch::Tensor& tokens) {
+  std::vector<SlotRows> rows = pool_.Rows(slot, 1, position + tokens.size(0));
+  torch::Tensor logits = model_.ftlm->ForwardSlots(tokens.unsqueeze(0), rows);
+  return logits[0][tokens.size(0) - 1];
+}
+
+torch::Tensor FastTransformersDecoder::StepSlots(const SlotTable::StepPlan& plan,
+                                                 const torch::Tensor& tokens) {
+  const int64_t count = static_cast<int64_t>(plan.slots.size());
+  if (plan.contiguous) {
+    std::vector<SlotRows> rows = pool_.Rows(plan.slots.front(), count, plan.live_length);
+    return model_.ftlm->ForwardSlots(tokens.unsqueeze(1), rows).squeeze(1);
+  }
+  torch::Tensor index = OnDevice(plan.slots);
+  std::vector<SlotRows> rows = pool_.Gather(index, plan.live_length);
+  torch::Tensor logits = model_.ftlm->ForwardSlots(tokens.unsqueeze(1), rows).squeeze(1);
+  pool_.Scatter(index, rows);
+  return logits;
+}
+
+void FastTransformersDecoder::MoveSlot(int64_t from, int64_t to) { pool_.CopyRow(from, to); }
+
+}  // namespace performer::decoding

@@ -1,0 +1,79 @@
+#include "core/decoding/slot_pool_decoder.h"
+
+#include <torch/torch.h>
+
+#include "core/decoding/status_from_exception.h"
+
+namespace performer::decoding {
+
+SlotPoolDecoder::SlotPoolDecoder(const DecoderInfo& info, const torch::Device& device)
+    : info_(info), device_(device), table_(info) {}
+
+torch::Tensor SlotPoolDecoder::OnDevice(const std::vector<int64_t>& values) const {
+  torch::Tensor t = torch::tensor(values, torch::TensorOptions().dtype(torch::kLong));
+  return device_.is_cpu() ? t : t.to(device_);
+}
+
+absl::Status SlotPoolDecoder::CheckSource(const PrefillRequest& request) const {
+  if (!request.source.empty()) {
+    return absl::InvalidArgumentError("a decoder-only model takes no source");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SequenceId> SlotPoolDecoder::Create() {
+  return StatusFromException("create", [&] { return table_.Create(); });
+}
+
+absl::StatusOr<torch::Tensor> SlotPoolDecoder::Prefill(SequenceId id,
+                                                       const PrefillRequest& request) {
+  return StatusFromException("prefill", [&]() -> absl::StatusOr<torch::Tensor> {
+    absl::StatusOr<int64_t> slot = table_.CheckPrefill(id, request.prompt);
+    if (!slot.ok()) return slot.status();
+    if (absl::Status s = CheckSource(request); !s.ok()) return s;
+    c10::InferenceMode guard;
+    torch::Tensor logits = PrefillSlot(*slot, request);
+    table_.MarkPrefilled(*slot, static_cast<int64_t>(request.prompt.size()));
+    return logits.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  });
+}
+
+absl::StatusOr<torch::Tensor> SlotPoolDecoder::Extend(SequenceId id,
+                                                      const std::vector<int64_t>& tokens) {
+  return StatusFromException("extend", [&]() -> absl::StatusOr<torch::Tensor> {
+    absl::StatusOr<int64_t> slot = table_.CheckExtend(id, tokens);
+    if (!slot.ok()) return slot.status();
+    absl::StatusOr<int64_t> position = table_.Position(id);
+    c10::InferenceMode guard;
+    torch::Tensor logits = ExtendSlot(*slot, *position, OnDevice(tokens));
+    table_.Advance(*slot, static_cast<int64_t>(tokens.size()));
+    return logits.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  });
+}
+
+absl::StatusOr<torch::Tensor> SlotPoolDecoder::Step(const std::vector<SequenceId>& ids,
+                                                    const std::vector<int64_t>& tokens) {
+  return StatusFromException("decode step", [&]() -> absl::StatusOr<torch::Tensor> {
+    absl::StatusOr<SlotTable::StepPlan> plan = table_.PlanStep(ids, tokens);
+    if (!plan.ok()) return plan.status();
+    c10::InferenceMode guard;
+    torch::Tensor logits = StepSlots(*plan, OnDevice(plan->tokens));
+    table_.Advance(*plan);
+    // Back to the caller's order.
+    return logits.index_select(0, OnDevice(plan->inverse)).to(torch::kCPU);
+  });
+}
+
+absl::Status SlotPoolDecoder::Release(SequenceId id) {
+  return StatusFromException("release", [&]() -> absl::Status {
+    absl::StatusOr<std::optional<SlotTable::Move>> move = table_.Release(id);
+    if (!move.ok()) return move.status();
+    if (move->has_value()) {
+      c10::InferenceMode guard;
+      MoveSlot((*move)->from, (*move)->to);
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace performer::decoding

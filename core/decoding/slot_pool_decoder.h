@@ -1,0 +1,64 @@
+// The SequenceDecoder contract (sequence_decoder.h) over a pool of per-slot
+// recurrent states, shared by every decoder: the slot bookkeeping and the
+// argument checks (slot_table.h), the back-to-the-caller's-order of step
+// logits, and the error boundary (nothing a subclass throws leaves an entry
+// point: status_from_exception.h). A subclass owns its pool and supplies the
+// model's part of each call through the hooks below, which run with their
+// arguments already checked, in InferenceMode.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/decoding/sequence_decoder.h"
+#include "core/decoding/slot_table.h"
+
+namespace performer::decoding {
+
+class SlotPoolDecoder : public SequenceDecoder {
+ public:
+  const DecoderInfo& info() const final { return info_; }
+  absl::StatusOr<SequenceId> Create() final;
+  absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) final;
+  absl::StatusOr<torch::Tensor> Extend(SequenceId id, const std::vector<int64_t>& tokens) final;
+  absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
+                                     const std::vector<int64_t>& tokens) final;
+  absl::Status Release(SequenceId id) final;
+  absl::StatusOr<int64_t> Position(SequenceId id) const final { return table_.Position(id); }
+  int64_t active() const final { return table_.active(); }
+
+ protected:
+  // `info` complete (capacity, vocabulary, lengths, state bytes); `device`
+  // where the pool and the weights are.
+  SlotPoolDecoder(const DecoderInfo& info, const torch::Device& device);
+
+  // Checks the encoder input of a Prefill; the default refuses a source.
+  virtual absl::Status CheckSource(const PrefillRequest& request) const;
+  // Resets row `slot` and feeds it the prompt: logits [vocab] after the
+  // last prompt token (any device).
+  virtual torch::Tensor PrefillSlot(int64_t slot, const PrefillRequest& request) = 0;
+  // Feeds `tokens` (on the device) to row `slot`, at `position`: logits
+  // [vocab] after the last.
+  virtual torch::Tensor ExtendSlot(int64_t slot, int64_t position, const torch::Tensor& tokens) = 0;
+  // One token per row of plan.slots (ascending): tokens [k] on the device ->
+  // logits [k, vocab] in plan order.
+  virtual torch::Tensor StepSlots(const SlotTable::StepPlan& plan, const torch::Tensor& tokens) = 0;
+  // Copies pool row `from` to row `to` (a release compacting the pool).
+  virtual void MoveSlot(int64_t from, int64_t to) = 0;
+
+  // Token ids (or slot indices) as an int64 tensor on the device.
+  torch::Tensor OnDevice(const std::vector<int64_t>& values) const;
+
+  const torch::Device& device() const { return device_; }
+  // For facts learnt after construction (info().cuda_graphs).
+  DecoderInfo& mutable_info() { return info_; }
+
+ private:
+  DecoderInfo info_;
+  torch::Device device_;
+  SlotTable table_;
+};
+
+}  // namespace performer::decoding

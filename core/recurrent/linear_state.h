@@ -1,0 +1,51 @@
+// The recurrent state of causal linear attention, the one every linear
+// attention decodes with (fast-transformers' RecurrentLinearAttention in its
+// slot form, performer-pytorch's FAVOR+ heads): per sequence and head one
+// tensor [F, D + 1], S = sum_j phi(k_j) v_j^T with Z = sum_j phi(k_j) as its
+// last column, so that one product q . [S | Z] gives a token's numerator
+// and normaliser together. The operations dispatch to the fused kernels
+// (kernels/causal_linear_prefill.h, kernels/linear_state_step.h) and fall
+// back to tensor ops where those do not run.
+#pragma once
+
+#include <torch/types.h>
+
+namespace performer {
+
+// [.., D] -> [.., D + 1] with a trailing 1 (v with the ones column that
+// makes the state's last column the key sum).
+torch::Tensor AppendOne(const torch::Tensor& values);
+
+struct LinearStateAdvance {
+  torch::Tensor out;          // [.., n, D + 1]: numerator | normaliser of each token
+  torch::Tensor final_state;  // [.., F, D + 1]
+};
+// n tokens from the state `from` ([.., F, D + 1]; undefined = empty):
+// phi_q, phi_k [.., n, F], values [.., n, D]. Token i sees the state and
+// tokens 0..i. One chunkwise pass (constant memory in n).
+LinearStateAdvance AdvanceLinearState(const torch::Tensor& phi_q, const torch::Tensor& phi_k,
+                                      const torch::Tensor& values, const torch::Tensor& from = {});
+
+// Whether the steps below run fused for these state rows [R, F, D + 1].
+bool FusedLinearStateStep(const torch::Tensor& state_rows);
+
+// One token for each of R state rows [R, F, D + 1], in place: q, k [R, F],
+// v [R, D], decay [R] or undefined (S and Z scaled first), sums [R, D + 1]
+// or undefined (sum of [v, 1], added to; its offset term below). Returns
+//   n = scale * q . [S | Z] + offset * (sum_f q) * sums,
+//   y = n[:D] / (n[D] + eps * sum_f q)                      [R, D]
+torch::Tensor StepLinearState(torch::Tensor& state_rows, const torch::Tensor& q,
+                              const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& decay, torch::Tensor sums, double scale,
+                              double offset, double eps);
+
+// The FAVOR+ (softmax-kernel) step with its feature map fused in
+// (kernels::FavorStateStep): projections [B, 2, H, M] of the new query and
+// key, diag [B, 2, H], v [B*H, D]; the state rows, key maxima [B*H] and sums
+// [B*H, D + 1] are updated in place. Only where FusedLinearStateStep holds.
+torch::Tensor StepSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                     torch::Tensor& sums, const torch::Tensor& projections,
+                                     const torch::Tensor& diag, const torch::Tensor& v,
+                                     double kernel_eps, double denominator_eps);
+
+}  // namespace performer

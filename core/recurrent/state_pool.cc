@@ -1,0 +1,84 @@
+#include "core/recurrent/state_pool.h"
+
+namespace performer {
+
+StatePool::StatePool(const std::vector<std::vector<SlotTensorSpec>>& layers, int64_t capacity,
+                     const torch::TensorOptions& options) {
+  for (const std::vector<SlotTensorSpec>& specs : layers) {
+    std::vector<torch::Tensor> tensors;
+    std::vector<double> empty;
+    for (const SlotTensorSpec& spec : specs) {
+      std::vector<int64_t> shape{capacity};
+      shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+      tensors.push_back(torch::full(shape, spec.empty_value, options.dtype(torch::kFloat)));
+      empty.push_back(spec.empty_value);
+    }
+    layers_.push_back(std::move(tensors));
+    empty_values_.push_back(std::move(empty));
+  }
+  positions_ = torch::zeros({capacity}, options.dtype(torch::kLong));
+}
+
+int64_t StatePool::BytesPerSequence() const {
+  int64_t bytes = static_cast<int64_t>(sizeof(int64_t));
+  for (const std::vector<torch::Tensor>& tensors : layers_) {
+    for (const torch::Tensor& t : tensors) {
+      bytes += t.numel() / std::max<int64_t>(t.size(0), 1) * static_cast<int64_t>(t.element_size());
+    }
+  }
+  return bytes;
+}
+
+std::vector<SlotRows> StatePool::Rows(int64_t start, int64_t count, int64_t live_length) const {
+  std::vector<SlotRows> out;
+  for (const std::vector<torch::Tensor>& tensors : layers_) {
+    SlotRows rows;
+    for (const torch::Tensor& t : tensors) rows.tensors.push_back(t.narrow(0, start, count));
+    rows.positions = positions_.narrow(0, start, count);
+    rows.live_length = live_length;
+    out.push_back(std::move(rows));
+  }
+  return out;
+}
+
+std::vector<SlotRows> StatePool::Gather(const torch::Tensor& index, int64_t live_length) const {
+  torch::Tensor positions = positions_.index_select(0, index);
+  std::vector<SlotRows> out;
+  for (const std::vector<torch::Tensor>& tensors : layers_) {
+    SlotRows rows;
+    for (const torch::Tensor& t : tensors) rows.tensors.push_back(t.index_select(0, index));
+    rows.positions = positions;
+    rows.live_length = live_length;
+    out.push_back(std::move(rows));
+  }
+  return out;
+}
+
+void StatePool::Scatter(const torch::Tensor& index, const std::vector<SlotRows>& rows) {
+  TORCH_CHECK(rows.size() == layers_.size(), "StatePool::Scatter: ", rows.size(),
+              " layers for a pool of ", layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (size_t j = 0; j < layers_[i].size(); ++j) {
+      layers_[i][j].index_copy_(0, index, rows[i].tensors.at(j));
+    }
+  }
+  if (!rows.empty()) positions_.index_copy_(0, index, rows.front().positions);
+}
+
+void StatePool::CopyRow(int64_t from, int64_t to) {
+  for (std::vector<torch::Tensor>& tensors : layers_) {
+    for (torch::Tensor& t : tensors) t[to].copy_(t[from]);
+  }
+  positions_[to].copy_(positions_[from]);
+}
+
+void StatePool::ResetRows(int64_t start, int64_t count) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (size_t j = 0; j < layers_[i].size(); ++j) {
+      layers_[i][j].narrow(0, start, count).fill_(empty_values_[i][j]);
+    }
+  }
+  positions_.narrow(0, start, count).zero_();
+}
+
+}  // namespace performer

@@ -1,0 +1,44 @@
+// Preallocated recurrent states of a layer stack for `capacity` sequences:
+// for every layer the tensors its attention asked for (slot_state.h), each
+// [capacity, spec.shape...], and the tokens each slot has consumed. A batched
+// step runs on views of a range of rows; any other subset is gathered and
+// scattered back.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/recurrent/slot_state.h"
+
+namespace performer {
+
+class StatePool {
+ public:
+  StatePool() = default;
+  // layers[i]: the tensors of layer i, as its attention's SlotStateSpec.
+  StatePool(const std::vector<std::vector<SlotTensorSpec>>& layers, int64_t capacity,
+            const torch::TensorOptions& options);
+
+  int64_t capacity() const { return positions_.defined() ? positions_.size(0) : 0; }
+  // Exact bytes of one sequence: every layer's tensors and its position.
+  int64_t BytesPerSequence() const;
+
+  // Rows [start, start + count) as views, one SlotRows per layer.
+  std::vector<SlotRows> Rows(int64_t start, int64_t count, int64_t live_length) const;
+  // Copies of the rows `index` (int64 [k], on the pool's device), and
+  // writing such copies back.
+  std::vector<SlotRows> Gather(const torch::Tensor& index, int64_t live_length) const;
+  void Scatter(const torch::Tensor& index, const std::vector<SlotRows>& rows);
+  void CopyRow(int64_t from, int64_t to);
+  // Puts rows [start, start + count) in the state of a new sequence.
+  void ResetRows(int64_t start, int64_t count);
+
+ private:
+  std::vector<std::vector<torch::Tensor>> layers_;
+  std::vector<std::vector<double>> empty_values_;
+  torch::Tensor positions_;  // [capacity] int64
+};
+
+}  // namespace performer

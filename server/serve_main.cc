@@ -1,0 +1,365 @@
+// performer-serve's program: hosts the models of a model repository over
+// gRPC (performer.v1.Generation, grpc.health.v1.Health, server reflection).
+//
+// Shutdown on SIGTERM or SIGINT: health turns NOT_SERVING at once, new
+// requests get UNAVAILABLE, running requests finish (up to --drain_timeout;
+// the rest end with UNAVAILABLE), then the process exits 0.
+#include "server/serve_main.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <netinet/in.h>
+#include <prometheus/exposer.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/runtime/torch_runtime.h"
+#include "server/logging/request_log.h"
+#include "server/logging/server_log.h"
+#include "server/metrics/server_metrics.h"
+#include "server/repository/model_repository.h"
+#include "server/service/generation_service.h"
+
+#ifndef PERFORMER_DEFAULT_MODEL_REPOSITORY
+#define PERFORMER_DEFAULT_MODEL_REPOSITORY "models"
+#endif
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free port (see --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "Once every model is loaded and warmed up, write the bound port here.");
+ABSL_FLAG(std::string, model_repository, PERFORMER_DEFAULT_MODEL_REPOSITORY,
+          "Directory whose sub-folders (config.json + weights.safetensors) are the hosted "
+          "models, each named after its folder.");
+ABSL_FLAG(std::string, default_model, "",
+          "Model used when a request names none (default: the first decoder by name).");
+ABSL_FLAG(int64_t, state_memory_bytes, int64_t{1} << 30,
+          "Per model: recurrent-state memory; slots = this / state bytes per sequence.");
+ABSL_FLAG(int64_t, max_batch, 64, "Per model: at most this many sequences decode together.");
+ABSL_FLAG(int64_t, max_queue, 256,
+          "Per model: requests that may wait for a slot; beyond it RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
+          "Prompt tokens prefilled per engine step in one forward: the chunk size and the "
+          "per-step prefill budget (longer prompts continue chunk by chunk in later steps).");
+ABSL_FLAG(int64_t, max_prefills_per_step, 4,
+          "Prefill forwards per engine step (each passes over the weights once).");
+ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
+          "Generated tokens a streaming client may fall behind before its stream is ended "
+          "with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_message_bytes, 4 << 20, "Largest gRPC message received or sent.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where models run: cpu, or cuda[:N] with a CUDA LibTorch (docs/gpu.md).");
+ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
+ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
+ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
+ABSL_FLAG(int32_t, keepalive_timeout_ms, 20000, "Keepalive ping ack timeout.");
+ABSL_FLAG(int32_t, keepalive_min_client_ping_ms, 10000,
+          "Shortest client ping interval accepted (pings without calls are allowed).");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long running requests may take to finish.");
+ABSL_FLAG(int32_t, metrics_port, 9464,
+          "Prometheus metrics port (/metrics on --host); 0 picks a free port (see "
+          "--metrics_port_file); -1 turns the exposer off.");
+ABSL_FLAG(std::string, metrics_port_file, "", "Once ready, write the bound metrics port here.");
+ABSL_FLAG(std::string, request_seconds_buckets, "",
+          "Histogram bounds (seconds, comma-separated) for request duration, queue time and "
+          "time to first token; empty = 0.5 ms .. 600 s.");
+ABSL_FLAG(std::string, token_seconds_buckets, "",
+          "Histogram bounds (seconds) for inter-token latency, prefill and engine steps; empty = "
+          "0.1 ms .. 5 s.");
+ABSL_FLAG(std::string, token_count_buckets, "",
+          "Histogram bounds for prompt / generated tokens per request; empty = 1 .. 16384.");
+ABSL_FLAG(std::string, batch_size_buckets, "",
+          "Histogram bounds for the batch size and tokens per step; empty = 1 .. 512.");
+ABSL_FLAG(double, liveness_stall_seconds, 30,
+          "An engine with work that completes no step for this long is stuck: health \"\" "
+          "turns NOT_SERVING and performer_engine_healthy drops to 0.");
+ABSL_FLAG(std::string, log_format, "plain",
+          "Log lines on stderr: \"plain\" for people or \"json\" (one object per line).");
+ABSL_FLAG(std::string, log_level, "info",
+          "Lowest severity logged: trace, debug, info, warn, error or off. Requests are logged "
+          "at info (OK, CANCELLED, DEADLINE_EXCEEDED), warn (refused) or error (server faults).");
+ABSL_FLAG(int64_t, test_stall_engine_after_steps, 0,
+          "TEST HOOK: every engine blocks after this many decode steps (0 = never).");
+ABSL_FLAG(int32_t, step_delay_ms, 0,
+          "TEST HOOK: sleep this long in every engine step (keeps requests running in tests).");
+
+namespace {
+
+using performer::server::GenerationService;
+using performer::server::LogEvent;
+using performer::server::LogFields;
+using performer::server::ModelRepository;
+namespace level = spdlog::level;
+
+// grpc.health.v1 names. Readiness: "" and kServiceName (and one per model)
+// are SERVING once every model has loaded and run its warm-up step, and
+// NOT_SERVING while draining or while an engine is stuck. Liveness:
+// kLivenessName follows only the engine heartbeat, so a draining server is
+// not restarted by its liveness probe.
+constexpr char kServiceName[] = "performer.v1.Generation";
+constexpr char kLivenessName[] = "liveness";
+
+// A free TCP port on `host`, for --metrics_port=0: the exposer's HTTP server
+// (civetweb) cannot bind port 0 itself. Another process could take the port
+// between this probe and the bind; the exposer then fails with a clear error.
+int PickFreePort(const std::string& host) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = 0;
+  if (inet_pton(AF_INET, host == "0.0.0.0" ? "0.0.0.0" : host.c_str(), &address.sin_addr) != 1) {
+    address.sin_addr.s_addr = htonl(INADDR_ANY);
+  }
+  int port = -1;
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// A start-up failure: logged, and the process exits with `code`.
+int Fail(int code, std::string_view message) {
+  LogEvent(level::critical, message);
+  return code;
+}
+
+int Run() {
+  if (absl::Status s = performer::server::InitLogging(absl::GetFlag(FLAGS_log_format),
+                                                      absl::GetFlag(FLAGS_log_level));
+      !s.ok()) {
+    std::cerr << "performer-serve: " << s.message() << "\n";
+    return 2;
+  }
+  // Every thread started from here on inherits this mask; the signals are
+  // taken by sigwait below, never by an asynchronous handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  performer::server::RepositoryOptions options;
+  options.state_memory_bytes = absl::GetFlag(FLAGS_state_memory_bytes);
+  options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.device = absl::GetFlag(FLAGS_device);
+  if (absl::Status s = performer::server::CheckServingDevice(options.device); !s.ok()) {
+    return Fail(2, std::string(s.message()));
+  }
+  options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
+  options.engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
+  options.engine.stall_after_steps = absl::GetFlag(FLAGS_test_stall_engine_after_steps);
+  options.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+
+  performer::server::MetricBuckets buckets = performer::server::MetricBuckets::Defaults();
+  for (auto [flag, name, target] :
+       {std::make_tuple(&FLAGS_request_seconds_buckets, "request_seconds_buckets",
+                        &buckets.request_seconds),
+        std::make_tuple(&FLAGS_token_seconds_buckets, "token_seconds_buckets",
+                        &buckets.token_seconds),
+        std::make_tuple(&FLAGS_token_count_buckets, "token_count_buckets", &buckets.token_counts),
+        std::make_tuple(&FLAGS_batch_size_buckets, "batch_size_buckets", &buckets.batch_sizes)}) {
+    const std::string text = absl::GetFlag(*flag);
+    if (text.empty()) continue;
+    absl::StatusOr<std::vector<double>> parsed = performer::server::ParseBuckets(text, name);
+    if (!parsed.ok()) return Fail(2, std::string(parsed.status().message()));
+    *target = *parsed;
+  }
+  performer::server::ServerMetrics metrics(buckets);
+  options.observer_for_model = [&metrics](const std::string& model) {
+    return metrics.ForModel(model);
+  };
+  const absl::Duration stall = absl::Seconds(absl::GetFlag(FLAGS_liveness_stall_seconds));
+  if (options.max_batch < 1 || options.engine.max_queue < 0 ||
+      options.engine.prefill_chunk_tokens < 1 || options.state_memory_bytes < 1 ||
+      options.engine.max_prefills_per_step < 1) {
+    return Fail(2,
+                "--max_batch, --prefill_chunk_tokens, --max_prefills_per_step and "
+                "--state_memory_bytes must be positive, --max_queue non-negative");
+  }
+  // The metrics exposer (prometheus-cpp's own HTTP server) on its own port,
+  // started before the models load (its collectables are added below).
+  std::unique_ptr<prometheus::Exposer> exposer;
+  int metrics_port = -1;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    const int wanted = absl::GetFlag(FLAGS_metrics_port) == 0
+                           ? PickFreePort(absl::GetFlag(FLAGS_host))
+                           : absl::GetFlag(FLAGS_metrics_port);
+    const std::string metrics_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", wanted);
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+    } catch (const std::exception& e) {
+      return Fail(1, absl::StrCat("cannot serve metrics on ", metrics_address, ": ", e.what()));
+    }
+    metrics_port = exposer->GetListeningPorts().empty() ? -1 : exposer->GetListeningPorts()[0];
+  }
+  const performer::TorchRuntimeInfo runtime =
+      performer::ConfigureTorchRuntime(absl::GetFlag(FLAGS_intra_op_threads));
+  LogEvent(level::info, "runtime",
+           {{"torch", performer::DescribeTorchRuntime(runtime)}, {"device", options.device}});
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
+      absl::GetFlag(FLAGS_model_repository), options, absl::GetFlag(FLAGS_default_model));
+  if (!repository.ok()) return Fail(1, repository.status().ToString());
+
+  performer::server::ServiceOptions service_options;
+  service_options.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
+  performer::server::RequestLog request_log;
+  service_options.observers.push_back(&metrics);
+  service_options.observers.push_back(&request_log);
+  metrics.AddRepository(**repository, stall);
+  if (exposer) {
+    for (const auto& collectable : metrics.collectables())
+      exposer->RegisterCollectable(collectable);
+  }
+
+  GenerationService service(**repository, service_options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  const int message_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxReceiveMessageSize(message_bytes);
+  builder.SetMaxSendMessageSize(message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, absl::GetFlag(FLAGS_keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             absl::GetFlag(FLAGS_keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             absl::GetFlag(FLAGS_keepalive_min_client_ping_ms));
+  if (absl::GetFlag(FLAGS_grpc_max_threads) > 0) {
+    grpc::ResourceQuota quota("performer-serve");
+    quota.SetMaxThreads(absl::GetFlag(FLAGS_grpc_max_threads));
+    builder.SetResourceQuota(quota);
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return Fail(1, absl::StrCat("could not listen on ", address));
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus(kLivenessName, true);
+  for (const auto& model : (*repository)->models()) {
+    health->SetServingStatus(absl::StrCat(kServiceName, "/", model->name), true);
+  }
+  // Port files are written whole under a temporary name, so a reader never
+  // sees half of one; the metrics port first, so the gRPC port file alone
+  // signals readiness.
+  auto write_port = [](const std::string& path, int value) {
+    if (path.empty()) return;
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << value << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+  };
+  write_port(absl::GetFlag(FLAGS_metrics_port_file), metrics_port);
+  write_port(absl::GetFlag(FLAGS_port_file), port);
+
+  // Liveness: a stuck engine (work waiting, no step within the window)
+  // turns the overall health NOT_SERVING until it moves again.
+  std::mutex monitor_mu;
+  std::condition_variable monitor_cv;
+  bool monitor_stop = false;
+  std::thread monitor([&] {
+    bool was_healthy = true;
+    std::unique_lock<std::mutex> lock(monitor_mu);
+    while (
+        !monitor_cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return monitor_stop; })) {
+      bool healthy = true;
+      for (const auto& model : (*repository)->models()) {
+        if (model->engine && !model->engine->Healthy(stall)) {
+          healthy = false;
+          if (was_healthy) {
+            performer::server::LogEngineEvent("stalled", model->name,
+                                              {{"stall_seconds", absl::ToDoubleSeconds(stall)}},
+                                              level::critical);
+          }
+        }
+      }
+      if (healthy != was_healthy) {
+        health->SetServingStatus(healthy);  // every name, liveness included
+        was_healthy = healthy;
+      }
+    }
+  });
+  LogEvent(level::info, "listening",
+           {{"address", absl::StrCat(absl::GetFlag(FLAGS_host), ":", port)},
+            {"metrics_port", metrics_port},
+            {"default_model", (*repository)->default_model()}});
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LogEvent(level::info, "drain",
+           {{"signal", signal_number},
+            {"timeout_seconds", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_drain_timeout))}});
+  {
+    std::lock_guard<std::mutex> lock(monitor_mu);
+    monitor_stop = true;
+  }
+  monitor_cv.notify_all();
+  monitor.join();
+  // Not ready from now on; liveness keeps its last value.
+  health->SetServingStatus("", false);
+  health->SetServingStatus(kServiceName, false);
+  for (const auto& model : (*repository)->models()) {
+    health->SetServingStatus(absl::StrCat(kServiceName, "/", model->name), false);
+  }
+  service.BeginDrain();
+  (*repository)->BeginDrain();
+  const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
+  if (!(*repository)->WaitIdle(drain)) {
+    LogEvent(level::warn, "drain timeout: ending the requests still running with UNAVAILABLE",
+             {{"timeout_seconds", absl::ToDoubleSeconds(drain)}});
+  }
+  (*repository)->Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  LogEvent(level::info, "stopped");
+  return 0;
+}
+
+}  // namespace
+
+int performer::server::ServeMain(int argc, char** argv) {
+  // --help lists this file's flags (absl's default matches files named
+  // after the program).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/serve_main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "Serves Performer models over gRPC (performer.v1.Generation).\n"
+      "Usage: performer-serve [--model_repository=DIR] [--port=N] [flags]");
+  absl::ParseCommandLine(argc, argv);
+  return Run();
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""The layers of the source tree include only what lies below them.
+
+Every include path is the repository root, so the compiler cannot refuse a header of a layer above
+(core/CMakeLists.txt); this test does. It reads every #include "..." of kernels/, core/, server/
+and examples/ and fails, listing each offending line, when a file includes a header its layer may
+not:
+
+  kernels/                       kernels/
+  core attention library         itself, kernels/   (core/*.h, attention, feature_maps, recurrent,
+                                                     registry, builders, transformers)
+  core/io, core/runtime          themselves
+  core/models                    the attention library, io (never kernels/: models are compositions
+                                 of library parts, whose entry points dispatch to the kernels)
+  core/decoding, core/generation models, the attention library, io
+  core/training                  models, the attention library, io, runtime
+  server/                        decoding, generation, runtime, and of models only the model folder
+                                 loader; kernels/ only for build facts (kernels_info.h)
+  examples/                      the core (any layer but kernels/), server/
+
+Run: python3 tests/core/layering_test.py (ctest unit.layering).
+"""
+
+import os
+import re
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LIBRARY = ("attention", "feature_maps", "recurrent", "registry", "builders", "transformers")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def layer(path):
+    """The layer of a repository path (a source file or an included header)."""
+    parts = path.split("/")
+    if parts[0] in ("kernels", "server", "examples", "proto", "performer"):
+        return parts[0] if parts[0] != "performer" else "proto"
+    if parts[0] != "core":
+        return None
+    if len(parts) == 2 or parts[1] in LIBRARY:
+        return "library"
+    return {"io": "io", "runtime": "io", "models": "models", "decoding": "decoding",
+            "generation": "decoding", "training": "training"}.get(parts[1])
+
+
+ALLOWED = {
+    "kernels": {"kernels"},
+    "library": {"library", "kernels"},
+    "io": {"io"},
+    "models": {"models", "library", "io"},
+    "decoding": {"decoding", "models", "library", "io"},
+    "training": {"training", "models", "library", "io"},
+    "server": {"server", "decoding", "io", "proto"},
+    "examples": {"examples", "library", "models", "decoding", "io", "server"},
+}
+# Single headers a layer may use beyond its layers.
+EXCEPTIONS = {
+    "server": {"core/models/model_folder.h", "kernels/kernels_info.h"},
+}
+
+
+def violations():
+    out = []
+    for top in ("kernels", "core", "server", "examples"):
+        for root, _, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if not name.endswith((".h", ".cc", ".cu")):
+                    continue
+                path = os.path.relpath(os.path.join(root, name), REPO)
+                source = layer(path)
+                if source is None:
+                    continue
+                with open(os.path.join(REPO, path), encoding="utf-8") as f:
+                    text = f.read()
+                for match in INCLUDE.finditer(text):
+                    header = match.group(1)
+                    target = layer(header)
+                    if target is None or target in ALLOWED[source]:
+                        continue
+                    if header in EXCEPTIONS.get(source, ()):
+                        continue
+                    out.append("%s (%s) includes %s (%s)" % (path, source, header, target))
+    return out
+
+
+def main():
+    found = violations()
+    for line in found:
+        print(line)
+    if found:
+        print("%d include(s) cross the layers downward-only rule" % len(found), file=sys.stderr)
+        return 1
+    print("layering: every include points down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
