@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "core/attention/linear_rows.h"
-#include "core/models/rotary.h"
+#include "core/attention/rotary.h"
 
 namespace performer::models {
 
@@ -20,9 +20,9 @@ PerformerAttentionImpl::PerformerAttentionImpl(const PerformerAttentionOptions& 
   // every head of the layer is local.
   fast_attention_ = register_module("fast_attention", FastAttention(fast));
   if (options.local_heads > 0) {
-    local_attn_ =
-        register_module("local_attn", LocalAttention(options.dim_head, options.local_window_size,
-                                                     options.causal, options.dropout));
+    local_attn_ = register_module(
+        "local_attn", WindowedLocalAttention(options.dim_head, options.local_window_size,
+                                             options.causal, options.dropout));
   }
   const int64_t inner = options.heads * options.dim_head;
   to_q_ = register_module(

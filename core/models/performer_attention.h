@@ -2,7 +2,7 @@
 // docs/reference/performer-pytorch.md §1.3, §5): to_q/to_k/to_v projections,
 // the first heads - local_heads heads through FastAttention (rotary on q and k
 // for self attention when a table row is given), the last local_heads heads
-// through LocalAttention, to_out.
+// through WindowedLocalAttention, to_out.
 //
 // Masks: for global heads only v is zeroed where the key mask is false (keys
 // still enter the normaliser and the stabiliser: padding is not neutral, §9.2
@@ -18,10 +18,10 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "core/attention/rotary.h"
+#include "core/attention/windowed_local_attention.h"
 #include "core/models/decode_state.h"
 #include "core/models/fast_attention.h"
-#include "core/models/local_attention.h"
-#include "core/models/rotary.h"
 
 namespace performer::models {
 
@@ -66,7 +66,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
   // there), rotary rows [C, dim_head] or undefined; `state` holds
   // one row. The projections run on all C rows at once; the global heads
   // continue their state with one chunkwise prefill (FastAttention::Extend),
-  // local heads with one windowed forward (LocalAttention::Extend). Returns
+  // local heads with one windowed forward (WindowedLocalAttention::Extend). Returns
   // [C, dim].
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, SelfAttentionState& state);
@@ -101,7 +101,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
 
   PerformerAttentionOptions options_;
   FastAttention fast_attention_{nullptr};
-  LocalAttention local_attn_{nullptr};
+  WindowedLocalAttention local_attn_{nullptr};
   torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
   torch::Tensor qkv_weight_, qkv_bias_;  // PrepareForDecoding
 };

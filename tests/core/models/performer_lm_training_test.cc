@@ -99,7 +99,7 @@ TEST(PerformerLMTrainingTest, LocalAttentionDropout) {
   // check the local weights separately below.
   ExpectDropoutOnlyInTraining(0, 0, 0.3, 2);
   torch::manual_seed(5);
-  LocalAttention local(8, 4, /*causal=*/true, /*dropout=*/0.5);
+  WindowedLocalAttention local(8, 4, /*causal=*/true, /*dropout=*/0.5);
   torch::Tensor q = torch::randn({1, 1, 9, 8}), k = torch::randn({1, 1, 9, 8});
   torch::Tensor v = torch::randn({1, 1, 9, 8});
   local->eval();

@@ -1,4 +1,4 @@
-#include "core/models/local_attention.h"
+#include "core/attention/windowed_local_attention.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -16,7 +16,7 @@ constexpr int64_t kHeads = 2, kDim = 8, kWindow = 5, kLength = 41;
 TEST(LocalAttentionTest, ExtendEqualsTheFullForward) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
-  LocalAttention attention(kDim, kWindow, /*causal=*/true);
+  WindowedLocalAttention attention(kDim, kWindow, /*causal=*/true);
   attention->to(torch::kDouble);
   const torch::Tensor q = torch::randn({1, kHeads, kLength, kDim}, torch::kDouble);
   const torch::Tensor k = torch::randn({1, kHeads, kLength, kDim}, torch::kDouble);
@@ -44,12 +44,12 @@ TEST(LocalAttentionTest, ExtendEqualsTheFullForward) {
 
 TEST(LocalAttentionTest, ExtendNeedsCausalAttentionAndOneSequence) {
   torch::NoGradGuard no_grad;
-  LocalAttention non_causal(kDim, kWindow, /*causal=*/false);
+  WindowedLocalAttention non_causal(kDim, kWindow, /*causal=*/false);
   torch::Tensor x = torch::randn({1, kHeads, 3, kDim});
   torch::Tensor ring = torch::zeros({1, kHeads, 2 * kWindow, kDim});
   torch::Tensor ring_v = ring.clone();
   EXPECT_THROW(non_causal->Extend(x, x, x, 0, ring, ring_v), c10::Error);
-  LocalAttention causal(kDim, kWindow, /*causal=*/true);
+  WindowedLocalAttention causal(kDim, kWindow, /*causal=*/true);
   torch::Tensor two = torch::randn({2, kHeads, 3, kDim});
   EXPECT_THROW(causal->Extend(two, two, two, 0, ring, ring_v), c10::Error);
 }

@@ -10,7 +10,7 @@
 
 #include <torch/types.h>
 
-namespace performer::models {
+namespace performer {
 
 // The sines and cosines of table rows, each repeated per pair [..., d]:
 // what ApplyInterleavedRotary computes on every call, precomputed once for
@@ -44,4 +44,4 @@ torch::Tensor HalfRotaryAngles(const torch::Tensor& slots, const torch::Tensor& 
 // t [..., d]; angles [..., d] broadcastable against t.
 torch::Tensor ApplyHalfRotary(const torch::Tensor& t, const torch::Tensor& angles);
 
-}  // namespace performer::models
+}  // namespace performer

@@ -1,5 +1,8 @@
-// Local attention heads as performer-pytorch builds them with local-attention
-// 1.11.x (docs/reference/performer-pytorch.md §6): windows of w positions
+// WindowedLocalAttention: the local attention heads of performer-pytorch,
+// as it builds them with local-attention 1.11.x (docs/reference/
+// performer-pytorch.md §6); not fast-transformers' "local" type
+// (local_attention.h: a band of local_context keys around each query, no
+// ring state). Windows of w positions
 // aligned at 0, look back one window (and forward one when non-causal),
 // autopad, q scaled by d^-1/2, half-split rotary over window-relative slots
 // (queries take the last w slots, so non-causal offsets are shifted by one
@@ -17,11 +20,12 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-namespace performer::models {
+namespace performer {
 
-class LocalAttentionImpl : public torch::nn::Module {
+class WindowedLocalAttentionImpl : public torch::nn::Module {
  public:
-  LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal, double dropout = 0.0);
+  WindowedLocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal,
+                             double dropout = 0.0);
 
   // q, k, v [b, lh, n, d]; mask [b, n] bool (true = real) or undefined.
   torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -51,6 +55,6 @@ class LocalAttentionImpl : public torch::nn::Module {
   double dropout_;
   torch::Tensor inv_freq_;
 };
-TORCH_MODULE(LocalAttention);
+TORCH_MODULE(WindowedLocalAttention);
 
-}  // namespace performer::models
+}  // namespace performer

@@ -1,6 +1,6 @@
-#include "core/models/rotary.h"
+#include "core/attention/rotary.h"
 
-namespace performer::models {
+namespace performer {
 
 InterleavedRotary MakeInterleavedRotary(const torch::Tensor& table) {
   const int64_t d = table.size(-1);
@@ -34,4 +34,4 @@ torch::Tensor ApplyHalfRotary(const torch::Tensor& t, const torch::Tensor& angle
   return t * angles.cos() + rotated * angles.sin();
 }
 
-}  // namespace performer::models
+}  // namespace performer

@@ -1,12 +1,12 @@
-#include "core/models/local_attention.h"
+#include "core/attention/windowed_local_attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/models/rotary.h"
+#include "core/attention/rotary.h"
 
-namespace performer::models {
+namespace performer {
 namespace {
 
 constexpr float kMaskValue = std::numeric_limits<float>::lowest();
@@ -28,16 +28,17 @@ torch::Tensor LookAround(const torch::Tensor& x, int64_t backward, int64_t forwa
 
 }  // namespace
 
-LocalAttentionImpl::LocalAttentionImpl(int64_t dim_head, int64_t window_size, bool causal,
-                                       double dropout)
+WindowedLocalAttentionImpl::WindowedLocalAttentionImpl(int64_t dim_head, int64_t window_size,
+                                                       bool causal, double dropout)
     : window_size_(window_size), causal_(causal), dropout_(dropout) {
   auto rel_pos = register_module("rel_pos", std::make_shared<torch::nn::Module>());
   inv_freq_ = 1.0 / torch::pow(10000.0, torch::arange(0, dim_head, 2).to(torch::kFloat) / dim_head);
   inv_freq_ = rel_pos->register_buffer("inv_freq", inv_freq_);
 }
 
-torch::Tensor LocalAttentionImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
-                                          const torch::Tensor& v, const torch::Tensor& mask) {
+torch::Tensor WindowedLocalAttentionImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v,
+                                                  const torch::Tensor& mask) {
   const int64_t b = q.size(0), heads = q.size(1), n = q.size(2), d = q.size(3);
   const int64_t w = window_size_;
   const int64_t padded_n = (n + w - 1) / w * w, windows = padded_n / w;
@@ -80,9 +81,10 @@ torch::Tensor LocalAttentionImpl::forward(const torch::Tensor& q, const torch::T
   return out.narrow(1, 0, n).reshape({b, heads, n, d});
 }
 
-torch::Tensor LocalAttentionImpl::Step(const torch::Tensor& q, const torch::Tensor& k,
-                                       const torch::Tensor& v, const torch::Tensor& positions,
-                                       torch::Tensor& ring_k, torch::Tensor& ring_v) const {
+torch::Tensor WindowedLocalAttentionImpl::Step(const torch::Tensor& q, const torch::Tensor& k,
+                                               const torch::Tensor& v,
+                                               const torch::Tensor& positions,
+                                               torch::Tensor& ring_k, torch::Tensor& ring_v) const {
   const int64_t rows = q.size(0), heads = q.size(1), d = q.size(2);
   const int64_t w = window_size_, ring = 2 * w;
   torch::Tensor entry = (positions % ring).view({rows, 1, 1, 1}).expand({rows, heads, 1, d});
@@ -103,11 +105,11 @@ torch::Tensor LocalAttentionImpl::Step(const torch::Tensor& q, const torch::Tens
   return torch::matmul(sim.softmax(-1).unsqueeze(-2), ring_v).squeeze(-2);
 }
 
-torch::Tensor LocalAttentionImpl::Extend(const torch::Tensor& q, const torch::Tensor& k,
-                                         const torch::Tensor& v, int64_t start,
-                                         torch::Tensor& ring_k, torch::Tensor& ring_v) {
-  TORCH_CHECK(causal_, "LocalAttention: only causal local attention extends a ring");
-  TORCH_CHECK(q.size(0) == 1, "LocalAttention::Extend takes one sequence, got ", q.size(0));
+torch::Tensor WindowedLocalAttentionImpl::Extend(const torch::Tensor& q, const torch::Tensor& k,
+                                                 const torch::Tensor& v, int64_t start,
+                                                 torch::Tensor& ring_k, torch::Tensor& ring_v) {
+  TORCH_CHECK(causal_, "WindowedLocalAttention: only causal local attention extends a ring");
+  TORCH_CHECK(q.size(0) == 1, "WindowedLocalAttention::Extend takes one sequence, got ", q.size(0));
   const int64_t n = q.size(2), w = window_size_, ring = 2 * w;
   // The queries from `start` on look back at most to the window before
   // start's: its first position is window-aligned, so windows and their
@@ -130,8 +132,8 @@ torch::Tensor LocalAttentionImpl::Extend(const torch::Tensor& q, const torch::Te
   return out;
 }
 
-void LocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::Tensor& v,
-                                  torch::Tensor& ring_k, torch::Tensor& ring_v) const {
+void WindowedLocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::Tensor& v,
+                                          torch::Tensor& ring_k, torch::Tensor& ring_v) const {
   const int64_t n = k.size(2), ring = 2 * window_size_;
   const int64_t start = std::max<int64_t>(0, n - ring);
   torch::Tensor index = torch::arange(start, n, k.options().dtype(torch::kLong)) % ring;
@@ -139,4 +141,4 @@ void LocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::Tensor& v
   ring_v.index_copy_(2, index, v.narrow(2, start, n - start));
 }
 
-}  // namespace performer::models
+}  // namespace performer
