@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
+# ccache (CMakeLists.txt uses it when present): paths under the checkout are
+# hashed relative to it, so a clone elsewhere reuses the cache, and the
+# precompiled torch header is cacheable.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "$JOBS"
 cd "$BUILD_DIR"
