@@ -34,7 +34,6 @@
 #include "bench/bench_model.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/feature_maps/performer_kernels.h"
-#include "core/models/decode_state.h"
 #include "core/models/fast_attention.h"
 #include "kernels/causal_linear_prefill.h"
 #include "kernels/causal_product.h"
@@ -47,14 +46,14 @@ constexpr int64_t kHeads = 8, kDimHead = 64, kFeatures = 256;
 struct Inputs {
   models::FastAttention attention{nullptr};
   torch::Tensor q, k, v;
-  models::SelfAttentionState state;
+  std::vector<torch::Tensor> state;
 };
 
-models::SelfAttentionState MakeState() {
-  models::SelfAttentionState state;
-  state.kv = torch::zeros({1, kHeads, kFeatures, kDimHead + 1});
-  state.key_max = torch::zeros({1, kHeads});
-  state.v_sum = torch::zeros({1, kHeads, kDimHead + 1});
+std::vector<torch::Tensor> MakeState() {
+  std::vector<torch::Tensor> state(3);
+  state[models::kStateKv] = torch::zeros({1, kHeads, kFeatures, kDimHead + 1});
+  state[models::kStateKeyMax] = torch::zeros({1, kHeads});
+  state[models::kStateValueSum] = torch::zeros({1, kHeads, kDimHead + 1});
   return state;
 }
 
@@ -75,7 +74,7 @@ Inputs MakeInputs(int64_t length) {
   return in;
 }
 
-torch::Tensor Separate(const Inputs& in, models::SelfAttentionState& state) {
+torch::Tensor Separate(const Inputs& in, std::vector<torch::Tensor>& state) {
   const torch::Tensor& p = in.attention->projection_matrix();
   torch::Tensor qf = SoftmaxKernelQuery(in.q, p);
   torch::Tensor kf = SoftmaxKernelKey(in.k, p);
@@ -84,9 +83,9 @@ torch::Tensor Separate(const Inputs& in, models::SelfAttentionState& state) {
   // The state, from a second pass over the keys.
   SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(in.k, p);
   torch::Tensor v1 = torch::cat({in.v, torch::ones_like(in.v.narrow(-1, 0, 1))}, -1);
-  state.kv.copy_(torch::matmul(keys.exponents.transpose(-1, -2), v1));
-  state.v_sum.copy_(v1.sum(-2));
-  state.key_max.copy_(keys.stabiliser);
+  state[models::kStateKv].copy_(torch::matmul(keys.exponents.transpose(-1, -2), v1));
+  state[models::kStateValueSum].copy_(v1.sum(-2));
+  state[models::kStateKeyMax].copy_(keys.stabiliser);
   return out;
 }
 
@@ -172,13 +171,16 @@ int main() {
     Inputs in = performer::bench::MakeInputs(length);
     const int runs = length >= 16384 ? 5 : 11;
     torch::Tensor fused_out, separate_out;
-    performer::models::SelfAttentionState separate_state = performer::bench::MakeState();
+    std::vector<torch::Tensor> separate_state = performer::bench::MakeState();
     const double fused = performer::bench::MedianSeconds(
-        runs, [&] { fused_out = in.attention->forward(in.q, in.k, in.v, &in.state); });
+        runs, [&] { fused_out = in.attention->forward(in.q, in.k, in.v, in.state); });
     const double separate = performer::bench::MedianSeconds(
         runs, [&] { separate_out = performer::bench::Separate(in, separate_state); });
     const double state_difference =
-        ((in.state.kv - separate_state.kv).abs().max() / separate_state.kv.abs().max())
+        ((in.state[performer::models::kStateKv] - separate_state[performer::models::kStateKv])
+             .abs()
+             .max() /
+         separate_state[performer::models::kStateKv].abs().max())
             .item<double>();
     std::printf("| %lld | %.2f | %.2f | %.2fx | %.1e | %.1e |\n", static_cast<long long>(length),
                 fused * 1e3, separate * 1e3, separate / fused,
@@ -200,7 +202,7 @@ int main() {
       const double fused = performer::bench::MedianSeconds(
           5, [&] { performer::bench::Chunked(in).sum().backward(); });
       const double separate = performer::bench::MedianSeconds(5, [&] {
-        performer::models::SelfAttentionState state = performer::bench::MakeState();
+        std::vector<torch::Tensor> state = performer::bench::MakeState();
         performer::bench::Separate(in, state).sum().backward();
       });
       std::printf("| %lld | %.2f | %.2f | %.2fx |\n", static_cast<long long>(length), fused * 1e3,

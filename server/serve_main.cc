@@ -64,6 +64,23 @@ ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
           "per-step prefill budget (longer prompts continue chunk by chunk in later steps).");
 ABSL_FLAG(int64_t, max_prefills_per_step, 4,
           "Prefill forwards per engine step (each passes over the weights once).");
+ABSL_FLAG(int64_t, prefix_cache_bytes, int64_t{256} << 20,
+          "Per model: host memory for the prefix-state cache (the state after prompt prefixes, "
+          "reused by later prompts that start the same way); 0 turns it off. Separate from "
+          "--state_memory_bytes: a full cache evicts, it never refuses a request.");
+ABSL_FLAG(int64_t, prefix_cache_interval_tokens, 0,
+          "Inside long prompts, keep a prefix state every this many tokens (a multiple of "
+          "--prefill_chunk_tokens; 0 = the chunk size). Prompt ends are always kept.");
+ABSL_FLAG(int64_t, session_bytes, int64_t{256} << 20,
+          "Per model: host memory for idle sessions (GenerateRequest.session_id); past it the "
+          "least recently used move to --state_spill_dir, or are dropped without one. 0 turns "
+          "sessions off.");
+ABSL_FLAG(int64_t, session_ttl_seconds, 3600,
+          "Sessions idle this long are dropped (from memory and the spill folder).");
+ABSL_FLAG(std::string, state_spill_dir, "",
+          "Folder for sessions that leave memory (one subfolder per model): idle ones past "
+          "--session_bytes, and all of them at shutdown, so that a restarted server or another "
+          "replica mounting the folder continues them. Empty = none.");
 ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
           "Generated tokens a streaming client may fall behind before its stream is ended "
           "with RESOURCE_EXHAUSTED.");
@@ -177,6 +194,14 @@ int Run() {
   options.engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   options.engine.stall_after_steps = absl::GetFlag(FLAGS_test_stall_engine_after_steps);
   options.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  options.engine.prefix_cache.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
+  options.engine.prefix_cache.interval_tokens =
+      absl::GetFlag(FLAGS_prefix_cache_interval_tokens) == 0
+          ? options.engine.prefill_chunk_tokens
+          : absl::GetFlag(FLAGS_prefix_cache_interval_tokens);
+  options.engine.sessions.max_bytes = absl::GetFlag(FLAGS_session_bytes);
+  options.engine.sessions.ttl = absl::Seconds(absl::GetFlag(FLAGS_session_ttl_seconds));
+  options.engine.sessions.spill_dir = absl::GetFlag(FLAGS_state_spill_dir);
 
   performer::server::MetricBuckets buckets = performer::server::MetricBuckets::Defaults();
   for (auto [flag, name, target] :
@@ -203,6 +228,16 @@ int Run() {
     return Fail(2,
                 "--max_batch, --prefill_chunk_tokens, --max_prefills_per_step and "
                 "--state_memory_bytes must be positive, --max_queue non-negative");
+  }
+  if (options.engine.prefix_cache.max_bytes < 0 || options.engine.sessions.max_bytes < 0 ||
+      absl::GetFlag(FLAGS_session_ttl_seconds) < 1 ||
+      options.engine.prefix_cache.interval_tokens < 1 ||
+      options.engine.prefix_cache.interval_tokens % options.engine.prefill_chunk_tokens != 0) {
+    return Fail(2,
+                "--prefix_cache_bytes and --session_bytes must be non-negative, "
+                "--session_ttl_seconds positive, and --prefix_cache_interval_tokens a positive "
+                "multiple of --prefill_chunk_tokens (a cached prefix must end where a cold "
+                "prefill ends a chunk, so that resuming from it gives the same tokens)");
   }
   // The metrics exposer (prometheus-cpp's own HTTP server) on its own port,
   // started before the models load (its collectables are added below).
@@ -340,6 +375,14 @@ int Run() {
              {{"timeout_seconds", absl::ToDoubleSeconds(drain)}});
   }
   (*repository)->Stop();
+  // Sessions outlive the process in the spill folder (state hand-off).
+  for (const auto& model : (*repository)->models()) {
+    if (model->engine == nullptr) continue;
+    if (absl::Status s = model->engine->SpillSessions(); !s.ok()) {
+      performer::server::LogEngineEvent("spill", model->name, {{"error", s.ToString()}},
+                                        level::err);
+    }
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   LogEvent(level::info, "stopped");

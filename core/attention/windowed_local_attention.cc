@@ -84,7 +84,8 @@ torch::Tensor WindowedLocalAttentionImpl::forward(const torch::Tensor& q, const 
 torch::Tensor WindowedLocalAttentionImpl::Step(const torch::Tensor& q, const torch::Tensor& k,
                                                const torch::Tensor& v,
                                                const torch::Tensor& positions,
-                                               torch::Tensor& ring_k, torch::Tensor& ring_v) const {
+                                               const torch::Tensor& ring_k,
+                                               const torch::Tensor& ring_v) const {
   const int64_t rows = q.size(0), heads = q.size(1), d = q.size(2);
   const int64_t w = window_size_, ring = 2 * w;
   torch::Tensor entry = (positions % ring).view({rows, 1, 1, 1}).expand({rows, heads, 1, d});
@@ -107,7 +108,8 @@ torch::Tensor WindowedLocalAttentionImpl::Step(const torch::Tensor& q, const tor
 
 torch::Tensor WindowedLocalAttentionImpl::Extend(const torch::Tensor& q, const torch::Tensor& k,
                                                  const torch::Tensor& v, int64_t start,
-                                                 torch::Tensor& ring_k, torch::Tensor& ring_v) {
+                                                 const torch::Tensor& ring_k,
+                                                 const torch::Tensor& ring_v) {
   TORCH_CHECK(causal_, "WindowedLocalAttention: only causal local attention extends a ring");
   TORCH_CHECK(q.size(0) == 1, "WindowedLocalAttention::Extend takes one sequence, got ", q.size(0));
   const int64_t n = q.size(2), w = window_size_, ring = 2 * w;
@@ -133,7 +135,8 @@ torch::Tensor WindowedLocalAttentionImpl::Extend(const torch::Tensor& q, const t
 }
 
 void WindowedLocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::Tensor& v,
-                                          torch::Tensor& ring_k, torch::Tensor& ring_v) const {
+                                          const torch::Tensor& ring_k,
+                                          const torch::Tensor& ring_v) const {
   const int64_t n = k.size(2), ring = 2 * window_size_;
   const int64_t start = std::max<int64_t>(0, n - ring);
   torch::Tensor index = torch::arange(start, n, k.options().dtype(torch::kLong)) % ring;

@@ -34,18 +34,18 @@ class WindowedLocalAttentionImpl : public torch::nn::Module {
   // q, k, v [B, lh, d] at positions [B] (int64); ring_k/ring_v [B, lh, 2w, d]
   // updated in place. Causal only.
   torch::Tensor Step(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& positions, torch::Tensor& ring_k,
-                     torch::Tensor& ring_v) const;
+                     const torch::Tensor& positions, const torch::Tensor& ring_k,
+                     const torch::Tensor& ring_v) const;
   // n consecutive positions start .. start + n - 1 of ONE sequence: q, k, v
   // [1, lh, n, d] against the ring [1, lh, 2w, d] of the positions before
   // (updated in place). Runs forward() over the window-aligned span from
   // the window before start's (whose keys the ring holds), so it computes
   // what n Step() calls would. Causal only.
   torch::Tensor Extend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       int64_t start, torch::Tensor& ring_k, torch::Tensor& ring_v);
+                       int64_t start, const torch::Tensor& ring_k, const torch::Tensor& ring_v);
   // Writes the last <= 2w positions of k, v [B, lh, n, d] into the rings.
-  void InitRing(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& ring_k,
-                torch::Tensor& ring_v) const;
+  void InitRing(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& ring_k,
+                const torch::Tensor& ring_v) const;
 
   int64_t window_size() const { return window_size_; }
 

@@ -39,17 +39,17 @@ std::vector<int64_t> CudaStepGraphs::Buckets(int64_t capacity) {
 int64_t CudaStepGraphs::max_rows() const { return graphs_.empty() ? 0 : graphs_.back()->rows; }
 
 absl::StatusOr<std::unique_ptr<CudaStepGraphs>> CudaStepGraphs::Capture(models::PerformerLM decoder,
-                                                                        models::DecodeState& pool) {
+                                                                        StatePool& pool) {
 #if PERFORMER_TORCH_CUDA
-  if (!pool.positions.is_cuda()) {
+  if (!pool.positions().is_cuda()) {
     return absl::FailedPreconditionError("CUDA graphs need the state pool on a GPU");
   }
-  const int64_t capacity = pool.rows();
+  const int64_t capacity = pool.capacity();
   std::unique_ptr<CudaStepGraphs> graphs(new CudaStepGraphs());
   c10::InferenceMode inference;
-  graphs->tokens_ = torch::zeros({capacity}, pool.positions.options());
-  graphs->positions_ = pool.positions;
-  const c10::DeviceIndex device = pool.positions.device().index();
+  graphs->tokens_ = torch::zeros({capacity}, pool.positions().options());
+  graphs->positions_ = pool.positions();
+  const c10::DeviceIndex device = pool.positions().device().index();
   try {
     torch::cuda::synchronize(device);  // the pool's reset, on the current stream
     {
@@ -59,15 +59,15 @@ absl::StatusOr<std::unique_ptr<CudaStepGraphs>> CudaStepGraphs::Capture(models::
       for (int64_t rows : Buckets(capacity)) {
         auto graph = std::make_unique<Graph>();
         graph->rows = rows;
-        models::DecodeState view = pool.Rows(0, rows);
+        const std::vector<SlotRows> view = pool.Rows(0, rows, /*live_length=*/1);
         const torch::Tensor tokens = graphs->tokens_.narrow(0, 0, rows);
         // Warm-up: lazy initialisation (cuBLAS workspaces, the allocator's
         // blocks) happens outside the capture.
         for (int i = 0; i < 2; ++i) {
-          view.positions.zero_();
+          view.front().positions.zero_();
           (void)decoder->Step(tokens, view);
         }
-        view.positions.zero_();
+        view.front().positions.zero_();
         graph->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
         graph->logits = decoder->Step(tokens, view);
         graph->graph.capture_end();

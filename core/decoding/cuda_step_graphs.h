@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/models/decode_state.h"
 #include "core/models/performer_lm.h"
+#include "core/recurrent/state_pool.h"
 
 namespace performer::decoding {
 
@@ -35,9 +35,9 @@ class CudaStepGraphs {
 
   // Captures decoder->Step over rows [0, b) of `pool` for every bucket b.
   // Warm-up steps run over those rows first, so every row must be free; all
-  // rows are reset (DecodeState::ResetRows) before it returns.
+  // rows are reset (StatePool::ResetRows) before it returns.
   static absl::StatusOr<std::unique_ptr<CudaStepGraphs>> Capture(models::PerformerLM decoder,
-                                                                 models::DecodeState& pool);
+                                                                 StatePool& pool);
 
   ~CudaStepGraphs();
   CudaStepGraphs(const CudaStepGraphs&) = delete;

@@ -35,7 +35,6 @@ absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder
   info.vocab_size = model.ftlm->config().num_tokens;
   info.max_seq_len = model.ftlm->config().max_seq_len;
   info.capacity = capacity;
-  info.state_bytes_per_sequence = pool.BytesPerSequence();
   return std::unique_ptr<FastTransformersDecoder>(
       new FastTransformersDecoder(info, std::move(model), std::move(pool)));
 }
@@ -50,18 +49,17 @@ absl::StatusOr<int64_t> FastTransformersDecoder::StateBytesPerSequence(
 
 FastTransformersDecoder::FastTransformersDecoder(const DecoderInfo& info, models::LoadedModel model,
                                                  StatePool pool)
-    : SlotPoolDecoder(info, model.ftlm->token_emb->weight.device()),
-      model_(std::move(model)),
-      pool_(std::move(pool)) {}
+    : SlotPoolDecoder(info, model.ftlm->token_emb->weight.device(), std::move(pool)),
+      model_(std::move(model)) {}
 
 torch::Tensor FastTransformersDecoder::PrefillSlot(int64_t slot, const PrefillRequest& request) {
-  pool_.ResetRows(slot, 1);
+  pool().ResetRows(slot, 1);
   return ExtendSlot(slot, 0, OnDevice(request.prompt));
 }
 
 torch::Tensor FastTransformersDecoder::ExtendSlot(int64_t slot, int64_t position,
                                                   const torch::Tensor& tokens) {
-  std::vector<SlotRows> rows = pool_.Rows(slot, 1, position + tokens.size(0));
+  std::vector<SlotRows> rows = pool().Rows(slot, 1, position + tokens.size(0));
   torch::Tensor logits = model_.ftlm->ForwardSlots(tokens.unsqueeze(0), rows);
   return logits[0][tokens.size(0) - 1];
 }
@@ -70,16 +68,14 @@ torch::Tensor FastTransformersDecoder::StepSlots(const SlotTable::StepPlan& plan
                                                  const torch::Tensor& tokens) {
   const int64_t count = static_cast<int64_t>(plan.slots.size());
   if (plan.contiguous) {
-    std::vector<SlotRows> rows = pool_.Rows(plan.slots.front(), count, plan.live_length);
+    std::vector<SlotRows> rows = pool().Rows(plan.slots.front(), count, plan.live_length);
     return model_.ftlm->ForwardSlots(tokens.unsqueeze(1), rows).squeeze(1);
   }
   torch::Tensor index = OnDevice(plan.slots);
-  std::vector<SlotRows> rows = pool_.Gather(index, plan.live_length);
+  std::vector<SlotRows> rows = pool().Gather(index, plan.live_length);
   torch::Tensor logits = model_.ftlm->ForwardSlots(tokens.unsqueeze(1), rows).squeeze(1);
-  pool_.Scatter(index, rows);
+  pool().Scatter(index, rows);
   return logits;
 }
-
-void FastTransformersDecoder::MoveSlot(int64_t from, int64_t to) { pool_.CopyRow(from, to); }
 
 }  // namespace performer::decoding

@@ -30,13 +30,11 @@ class FastTransformersDecoder : public SlotPoolDecoder {
   torch::Tensor PrefillSlot(int64_t slot, const PrefillRequest& request) override;
   torch::Tensor ExtendSlot(int64_t slot, int64_t position, const torch::Tensor& tokens) override;
   torch::Tensor StepSlots(const SlotTable::StepPlan& plan, const torch::Tensor& tokens) override;
-  void MoveSlot(int64_t from, int64_t to) override;
 
  private:
   FastTransformersDecoder(const DecoderInfo& info, models::LoadedModel model, StatePool pool);
 
   models::LoadedModel model_;
-  StatePool pool_;
 };
 
 }  // namespace performer::decoding

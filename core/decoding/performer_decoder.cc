@@ -36,9 +36,7 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
   c10::InferenceMode guard;
   info.vocab_size = decoder->config().num_tokens;
   info.max_seq_len = decoder->config().position_limit();
-  models::DecodeState pool = decoder->AllocateState(capacity);
-  pool.ResetRows(0, capacity);
-  info.state_bytes_per_sequence = pool.BytesPerRow();
+  StatePool pool = decoder->AllocateState(capacity);
   return std::unique_ptr<PerformerDecoder>(
       new PerformerDecoder(info, std::move(model), decoder, std::move(pool), options));
 }
@@ -47,20 +45,19 @@ int64_t PerformerDecoder::StateBytesPerSequence(const models::LoadedModel& model
   models::PerformerEncDec encdec = model.encdec;
   models::PerformerLM lm = model.model_class == "PerformerEncDec" ? encdec->decoder() : model.lm;
   c10::InferenceMode guard;
-  return lm->AllocateState(1).BytesPerRow();
+  return lm->AllocateState(1).BytesPerSequence();
 }
 
 PerformerDecoder::PerformerDecoder(const DecoderInfo& info, models::LoadedModel model,
-                                   models::PerformerLM decoder, models::DecodeState pool,
+                                   models::PerformerLM decoder, StatePool pool,
                                    const PerformerDecoderOptions& options)
-    : SlotPoolDecoder(info, decoder->parameters().front().device()),
+    : SlotPoolDecoder(info, decoder->parameters().front().device(), std::move(pool)),
       model_(std::move(model)),
-      decoder_(std::move(decoder)),
-      pool_(std::move(pool)) {
+      decoder_(std::move(decoder)) {
   if (options.cuda_graphs && device().is_cuda()) {
     c10::InferenceMode guard;
     absl::StatusOr<std::unique_ptr<CudaStepGraphs>> graphs =
-        CudaStepGraphs::Capture(decoder_, pool_);
+        CudaStepGraphs::Capture(decoder_, SlotPoolDecoder::pool());
     if (graphs.ok()) {
       step_graphs_ = *std::move(graphs);
     } else {
@@ -89,8 +86,8 @@ absl::Status PerformerDecoder::CheckSource(const PrefillRequest& r) const {
 }
 
 torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& r) {
-  models::DecodeState rows = pool_.Rows(slot, 1);
-  rows.ResetRows(0, 1);
+  pool().ResetRows(slot, 1);
+  const std::vector<SlotRows> rows = pool().Rows(slot, 1, static_cast<int64_t>(r.prompt.size()));
   models::LMForwardOptions options;
   options.capture = &rows;
   if (info().needs_source) {
@@ -111,8 +108,7 @@ torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& 
 
 torch::Tensor PerformerDecoder::ExtendSlot(int64_t slot, int64_t position,
                                            const torch::Tensor& tokens) {
-  models::DecodeState rows = pool_.Rows(slot, 1);
-  return decoder_->Extend(tokens, rows, position);
+  return decoder_->Extend(tokens, pool().Rows(slot, 1, position + tokens.size(0)), position);
 }
 
 torch::Tensor PerformerDecoder::StepSlots(const SlotTable::StepPlan& plan,
@@ -124,16 +120,13 @@ torch::Tensor PerformerDecoder::StepSlots(const SlotTable::StepPlan& plan,
     return step_graphs_->Replay(tokens, count);
   }
   if (plan.contiguous) {
-    models::DecodeState rows = pool_.Rows(plan.slots.front(), count);
-    return decoder_->Step(tokens, rows);
+    return decoder_->Step(tokens, pool().Rows(plan.slots.front(), count, plan.live_length));
   }
   torch::Tensor index = OnDevice(plan.slots);
-  models::DecodeState rows = pool_.Gather(index);
+  const std::vector<SlotRows> rows = pool().Gather(index, plan.live_length);
   torch::Tensor logits = decoder_->Step(tokens, rows);
-  pool_.Scatter(index, rows);
+  pool().Scatter(index, rows);
   return logits;
 }
-
-void PerformerDecoder::MoveSlot(int64_t from, int64_t to) { pool_.CopyRow(from, to); }
 
 }  // namespace performer::decoding

@@ -1,7 +1,8 @@
 // SequenceDecoder for PerformerLM (causal) and PerformerEncDec, using the
 // recurrent form of linear attention (docs/reference/performer-pytorch.md
-// §9.1): each sequence's state lives in one row of a preallocated pool (one
-// tensor per state kind and layer, first dimension = slot), with the slot
+// §9.1): each sequence's state lives in one row of the library's state pool
+// (core/recurrent/state_pool.h: the tensors each branch's
+// SlotStateSpec asks for, first dimension = slot), with the slot
 // bookkeeping of SlotPoolDecoder. A step over the active sequences runs on
 // views of a contiguous range of rows: a few large tensor operations, no
 // gather. Any other subset is gathered and scattered back.
@@ -21,6 +22,7 @@
 #include "core/decoding/cuda_step_graphs.h"
 #include "core/decoding/slot_pool_decoder.h"
 #include "core/models/model_folder.h"
+#include "core/recurrent/state_pool.h"
 
 namespace performer::decoding {
 
@@ -51,15 +53,13 @@ class PerformerDecoder : public SlotPoolDecoder {
   torch::Tensor PrefillSlot(int64_t slot, const PrefillRequest& request) override;
   torch::Tensor ExtendSlot(int64_t slot, int64_t position, const torch::Tensor& tokens) override;
   torch::Tensor StepSlots(const SlotTable::StepPlan& plan, const torch::Tensor& tokens) override;
-  void MoveSlot(int64_t from, int64_t to) override;
 
  private:
   PerformerDecoder(const DecoderInfo& info, models::LoadedModel model, models::PerformerLM decoder,
-                   models::DecodeState pool, const PerformerDecoderOptions& options);
+                   StatePool pool, const PerformerDecoderOptions& options);
 
   models::LoadedModel model_;
-  models::PerformerLM decoder_{nullptr};  // the LM, or the enc-dec's decoder
-  models::DecodeState pool_;
+  models::PerformerLM decoder_{nullptr};         // the LM, or the enc-dec's decoder
   std::unique_ptr<CudaStepGraphs> step_graphs_;  // GPU with cuda_graphs only
   absl::Status step_graphs_status_;              // why there are none, if asked for
 };

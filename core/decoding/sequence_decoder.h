@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/recurrent/state_snapshot.h"
 
 namespace performer::decoding {
 
@@ -69,6 +70,22 @@ class SequenceDecoder {
   virtual absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
                                              const std::vector<int64_t>& tokens) = 0;
   virtual absl::Status Release(SequenceId id) = 0;
+
+  // The whole state of a prefilled sequence, copied to the host: what it
+  // would continue from (StateSnapshot). Unimplemented for a decoder that
+  // cannot take its state out.
+  virtual absl::StatusOr<StateSnapshot> Snapshot(SequenceId id) const;
+  // Gives a created, not yet prefilled sequence the state of `snapshot`
+  // (its position included), which must come from a decoder of the same
+  // model: the sequence then continues (Extend, Step) exactly as the one
+  // the snapshot was taken from. InvalidArgument when the snapshot's layout
+  // is not this model's, OutOfRange for a position past max_seq_len.
+  virtual absl::Status Restore(SequenceId id, const StateSnapshot& snapshot);
+  // Whether Restore would take `snapshot`'s layout (layers, shapes, dtypes)
+  // and position, without a sequence: InvalidArgument / OutOfRange as above.
+  // Unlike the other calls it may run on any thread, beside the owner's
+  // (it reads only what is fixed when the decoder is built).
+  virtual absl::Status CheckSnapshot(const StateSnapshot& snapshot) const;
 
   // Tokens consumed so far by a sequence.
   virtual absl::StatusOr<int64_t> Position(SequenceId id) const = 0;

@@ -2,12 +2,23 @@
 
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
 #include "core/decoding/status_from_exception.h"
 
 namespace performer::decoding {
 
-SlotPoolDecoder::SlotPoolDecoder(const DecoderInfo& info, const torch::Device& device)
-    : info_(info), device_(device), table_(info) {}
+namespace {
+
+DecoderInfo WithStateBytes(DecoderInfo info, const StatePool& pool) {
+  info.state_bytes_per_sequence = pool.BytesPerSequence();
+  return info;
+}
+
+}  // namespace
+
+SlotPoolDecoder::SlotPoolDecoder(const DecoderInfo& info, const torch::Device& device,
+                                 StatePool pool)
+    : info_(WithStateBytes(info, pool)), device_(device), pool_(std::move(pool)), table_(info_) {}
 
 torch::Tensor SlotPoolDecoder::OnDevice(const std::vector<int64_t>& values) const {
   torch::Tensor t = torch::tensor(values, torch::TensorOptions().dtype(torch::kLong));
@@ -70,8 +81,37 @@ absl::Status SlotPoolDecoder::Release(SequenceId id) {
     if (!move.ok()) return move.status();
     if (move->has_value()) {
       c10::InferenceMode guard;
-      MoveSlot((*move)->from, (*move)->to);
+      pool_.CopyRow((*move)->from, (*move)->to);
     }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<StateSnapshot> SlotPoolDecoder::Snapshot(SequenceId id) const {
+  return StatusFromException("snapshot", [&]() -> absl::StatusOr<StateSnapshot> {
+    absl::StatusOr<int64_t> slot = table_.CheckSnapshot(id);
+    if (!slot.ok()) return slot.status();
+    c10::InferenceMode guard;
+    return pool_.Read(*slot);
+  });
+}
+
+absl::Status SlotPoolDecoder::CheckSnapshot(const StateSnapshot& snapshot) const {
+  if (snapshot.position < 1 || snapshot.position > info_.max_seq_len) {
+    return absl::OutOfRangeError(absl::StrCat("the state is at position ", snapshot.position,
+                                              "; this model's positions are 1..",
+                                              info_.max_seq_len));
+  }
+  return pool_.CheckLayout(snapshot);
+}
+
+absl::Status SlotPoolDecoder::Restore(SequenceId id, const StateSnapshot& snapshot) {
+  return StatusFromException("restore", [&]() -> absl::Status {
+    absl::StatusOr<int64_t> slot = table_.CheckRestore(id, snapshot.position);
+    if (!slot.ok()) return slot.status();
+    c10::InferenceMode guard;
+    if (absl::Status s = pool_.Write(*slot, snapshot); !s.ok()) return s;
+    table_.MarkPrefilled(*slot, snapshot.position);
     return absl::OkStatus();
   });
 }

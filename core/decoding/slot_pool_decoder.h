@@ -1,8 +1,10 @@
-// The SequenceDecoder contract (sequence_decoder.h) over a pool of per-slot
-// recurrent states, shared by every decoder: the slot bookkeeping and the
-// argument checks (slot_table.h), the back-to-the-caller's-order of step
-// logits, and the error boundary (nothing a subclass throws leaves an entry
-// point: status_from_exception.h). A subclass owns its pool and supplies the
+// The SequenceDecoder contract (sequence_decoder.h) over the library's pool
+// of per-slot recurrent states (core/recurrent/state_pool.h), shared by
+// every decoder: the pool, the slot bookkeeping and the argument checks
+// (slot_table.h), the back-to-the-caller's-order of step logits, moving a
+// slot on release, taking a sequence's state out and putting it back
+// (Snapshot / Restore), and the error boundary (nothing a subclass throws
+// leaves an entry point: status_from_exception.h). A subclass supplies the
 // model's part of each call through the hooks below, which run with their
 // arguments already checked, in InferenceMode.
 #pragma once
@@ -14,6 +16,7 @@
 
 #include "core/decoding/sequence_decoder.h"
 #include "core/decoding/slot_table.h"
+#include "core/recurrent/state_pool.h"
 
 namespace performer::decoding {
 
@@ -26,13 +29,17 @@ class SlotPoolDecoder : public SequenceDecoder {
   absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
                                      const std::vector<int64_t>& tokens) final;
   absl::Status Release(SequenceId id) final;
+  absl::StatusOr<StateSnapshot> Snapshot(SequenceId id) const final;
+  absl::Status Restore(SequenceId id, const StateSnapshot& snapshot) final;
+  absl::Status CheckSnapshot(const StateSnapshot& snapshot) const final;
   absl::StatusOr<int64_t> Position(SequenceId id) const final { return table_.Position(id); }
   int64_t active() const final { return table_.active(); }
 
  protected:
-  // `info` complete (capacity, vocabulary, lengths, state bytes); `device`
-  // where the pool and the weights are.
-  SlotPoolDecoder(const DecoderInfo& info, const torch::Device& device);
+  // `info` complete but for the state bytes, which the pool gives
+  // (capacity, vocabulary, lengths); `device` where the pool and the
+  // weights are.
+  SlotPoolDecoder(const DecoderInfo& info, const torch::Device& device, StatePool pool);
 
   // Checks the encoder input of a Prefill; the default refuses a source.
   virtual absl::Status CheckSource(const PrefillRequest& request) const;
@@ -45,8 +52,8 @@ class SlotPoolDecoder : public SequenceDecoder {
   // One token per row of plan.slots (ascending): tokens [k] on the device ->
   // logits [k, vocab] in plan order.
   virtual torch::Tensor StepSlots(const SlotTable::StepPlan& plan, const torch::Tensor& tokens) = 0;
-  // Copies pool row `from` to row `to` (a release compacting the pool).
-  virtual void MoveSlot(int64_t from, int64_t to) = 0;
+
+  StatePool& pool() { return pool_; }
 
   // Token ids (or slot indices) as an int64 tensor on the device.
   torch::Tensor OnDevice(const std::vector<int64_t>& values) const;
@@ -58,6 +65,7 @@ class SlotPoolDecoder : public SequenceDecoder {
  private:
   DecoderInfo info_;
   torch::Device device_;
+  StatePool pool_;
   SlotTable table_;
 };
 

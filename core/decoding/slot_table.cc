@@ -62,6 +62,30 @@ void SlotTable::MarkPrefilled(int64_t slot, int64_t tokens) {
   positions_[static_cast<size_t>(slot)] = tokens;
 }
 
+absl::StatusOr<int64_t> SlotTable::CheckSnapshot(SequenceId id) const {
+  absl::StatusOr<int64_t> slot = SlotOf(id);
+  if (!slot.ok()) return slot.status();
+  if (!prefilled_[static_cast<size_t>(*slot)]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " has no state yet: it was not prefilled"));
+  }
+  return slot;
+}
+
+absl::StatusOr<int64_t> SlotTable::CheckRestore(SequenceId id, int64_t position) const {
+  absl::StatusOr<int64_t> slot = SlotOf(id);
+  if (!slot.ok()) return slot.status();
+  if (prefilled_[static_cast<size_t>(*slot)]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " already has a state: only a new sequence is restored"));
+  }
+  if (position < 1 || position > max_seq_len_) {
+    return absl::OutOfRangeError(absl::StrCat("the state is at position ", position,
+                                              "; this model's positions are 1..", max_seq_len_));
+  }
+  return slot;
+}
+
 absl::StatusOr<int64_t> SlotTable::CheckExtend(SequenceId id,
                                                const std::vector<int64_t>& tokens) const {
   absl::StatusOr<int64_t> slot = SlotOf(id);

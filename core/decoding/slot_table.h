@@ -34,6 +34,11 @@ class SlotTable {
   // prefilled, 1..max_seq_len tokens, ids in the vocabulary).
   absl::StatusOr<int64_t> CheckPrefill(SequenceId id, const std::vector<int64_t>& prompt) const;
   void MarkPrefilled(int64_t slot, int64_t tokens);
+  // The slot of a prefilled sequence (whose state may be taken out).
+  absl::StatusOr<int64_t> CheckSnapshot(SequenceId id) const;
+  // The slot of a sequence that may be given a state at `position` (not
+  // yet prefilled; 1 <= position <= max_seq_len).
+  absl::StatusOr<int64_t> CheckRestore(SequenceId id, int64_t position) const;
   // The slot of a prefilled sequence that may take `tokens` more.
   absl::StatusOr<int64_t> CheckExtend(SequenceId id, const std::vector<int64_t>& tokens) const;
   void Advance(int64_t slot, int64_t tokens) { positions_[static_cast<size_t>(slot)] += tokens; }

@@ -82,34 +82,45 @@ torch::Tensor BranchImpl::Shift(const torch::Tensor& x, const torch::Tensor& mas
   return torch::cat(parts, -1);
 }
 
+std::vector<SlotTensorSpec> BranchImpl::SlotStateSpec() const {
+  std::vector<SlotTensorSpec> specs;
+  if (is_attention()) specs = attention_->SlotStateSpec();
+  if (shift_tokens_) specs.push_back({{shift_piece()}, 0.0});
+  return specs;
+}
+
+torch::TensorList BranchImpl::AttentionState(torch::TensorList state) const {
+  return shift_tokens_ ? state.slice(0, state.size() - 1) : state;
+}
+
 torch::Tensor BranchImpl::Inner(const torch::Tensor& x, const BranchInputs& in,
-                                SelfAttentionState* capture) {
+                                torch::TensorList capture) {
   if (attention_.is_empty()) return feed_forward_(x);
-  return attention_(x, in.rotary, in.mask, in.context, in.context_mask, capture);
+  return attention_(x, in.rotary, in.mask, in.context, in.context_mask,
+                    is_cross() ? torch::TensorList() : capture);
 }
 
 torch::Tensor BranchImpl::forward(const torch::Tensor& x, const BranchInputs& in,
-                                  SelfAttentionState* capture, torch::Tensor* shift_capture) {
+                                  torch::TensorList capture) {
   torch::Tensor h = Normalize(x);
   if (shift_tokens_) {
-    if (shift_capture != nullptr) {
-      shift_capture->copy_(h.select(1, h.size(1) - 1).narrow(-1, shift_piece(), shift_piece()));
+    if (!capture.empty()) {
+      capture.back().copy_(h.select(1, h.size(1) - 1).narrow(-1, shift_piece(), shift_piece()));
     }
     // Only the attention branch receives the mask
     // (docs/reference/performer-pytorch.md §4.5).
     h = Shift(h, is_attention() ? in.mask : torch::Tensor());
   }
-  torch::Tensor out = Inner(h, in, capture);
+  torch::Tensor out = Inner(h, in, capture.empty() ? capture : AttentionState(capture));
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }
 
 torch::Tensor BranchImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                               const torch::Tensor& positions, LayerState& state,
-                               bool attention_branch) {
+                               const torch::Tensor& positions, torch::TensorList state) {
   torch::Tensor h = Normalize(x);
   if (shift_tokens_) {
     // Causal shifts (0, 1): the second piece comes from the previous position.
-    torch::Tensor& previous = attention_branch ? state.attn_shift : state.ff_shift;
+    const torch::Tensor& previous = state.back();
     const int64_t piece = shift_piece();
     torch::Tensor current = h.narrow(-1, piece, piece).clone();
     h = torch::cat(
@@ -119,23 +130,22 @@ torch::Tensor BranchImpl::Step(const torch::Tensor& x, const InterleavedRotary& 
   torch::Tensor out;
   if (attention_.is_empty()) {
     out = feed_forward_->Step(h);
-  } else if (attention_->options().cross) {
-    out = attention_->CrossStep(h, state.cross.kv);
+  } else if (is_cross()) {
+    out = attention_->CrossStep(h, state.front());
   } else {
-    out = attention_->Step(h, rotary, positions, state.self);
+    out = attention_->Step(h, rotary, positions, AttentionState(state));
   }
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }
 
 torch::Tensor BranchImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                 const torch::Tensor& positions, LayerState& state,
-                                 bool attention_branch) {
+                                 const torch::Tensor& positions, torch::TensorList state) {
   const int64_t count = x.size(0);
   torch::Tensor h = Normalize(x);
   if (shift_tokens_) {
     // Each position takes the piece of the one before it; the first takes
     // the carried piece, and the last one's piece is carried on.
-    torch::Tensor& previous = attention_branch ? state.attn_shift : state.ff_shift;
+    const torch::Tensor& previous = state.back();
     const int64_t piece = shift_piece();
     torch::Tensor current = h.narrow(-1, piece, piece);
     torch::Tensor shifted = torch::cat({previous, current.narrow(0, 0, count - 1)}, 0);
@@ -147,12 +157,13 @@ torch::Tensor BranchImpl::Extend(const torch::Tensor& x, const InterleavedRotary
   torch::Tensor out;
   if (attention_.is_empty()) {
     out = feed_forward_->Step(h);
-  } else if (attention_->options().cross) {
-    std::vector<int64_t> shape = state.cross.kv.sizes().vec();
+  } else if (is_cross()) {
+    const torch::Tensor& summary = state.front();
+    std::vector<int64_t> shape = summary.sizes().vec();
     shape[0] = count;
-    out = attention_->CrossStep(h, state.cross.kv.expand(shape));
+    out = attention_->CrossStep(h, summary.expand(shape));
   } else {
-    out = attention_->Extend(h, rotary, positions, state.self);
+    out = attention_->Extend(h, rotary, positions, AttentionState(state));
   }
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }

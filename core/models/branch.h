@@ -11,9 +11,11 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-#include "core/models/decode_state.h"
+#include <vector>
+
 #include "core/models/feed_forward.h"
 #include "core/models/performer_attention.h"
+#include "core/recurrent/slot_state.h"
 
 namespace performer::models {
 
@@ -32,20 +34,28 @@ class BranchImpl : public torch::nn::Module {
   BranchImpl(int64_t dim, BranchNorm norm, bool shift_tokens, bool causal,
              PerformerAttention attention, FeedForward feed_forward);
 
-  // x [b, n, dim] -> branch output (before the residual add). `capture`
-  // (self attention) and `shift_capture` ([b, piece]) receive the decoding
-  // state after the last position.
-  torch::Tensor forward(const torch::Tensor& x, const BranchInputs& in,
-                        SelfAttentionState* capture = nullptr,
-                        torch::Tensor* shift_capture = nullptr);
+  // The decode state one sequence keeps in this branch
+  // (core/recurrent/slot_state.h): the attention's (PerformerAttentionImpl::
+  // SlotStateSpec), then with token shift the previous position's
+  // normalised shifted piece [shift_piece()]. Empty for a feed-forward
+  // branch without token shift.
+  std::vector<SlotTensorSpec> SlotStateSpec() const;
 
-  // Incremental forms on x [B, dim].
+  // x [b, n, dim] -> branch output (before the residual add). `capture`
+  // (the SlotStateSpec tensors of b rows) receives the decoding state after
+  // the last position; a cross-attention branch leaves its summary to
+  // PerformerAttentionImpl::SummarizeContext.
+  torch::Tensor forward(const torch::Tensor& x, const BranchInputs& in,
+                        torch::TensorList capture = {});
+
+  // Incremental forms on x [B, dim], with `state` the SlotStateSpec tensors
+  // of the B rows, updated in place.
   torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                     const torch::Tensor& positions, LayerState& state, bool attention_branch);
+                     const torch::Tensor& positions, torch::TensorList state);
   // C consecutive positions of one sequence, x [C, dim]; `state` holds one
   // row (see PerformerAttentionImpl::Extend).
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
-                       const torch::Tensor& positions, LayerState& state, bool attention_branch);
+                       const torch::Tensor& positions, torch::TensorList state);
 
   bool is_attention() const { return !attention_.is_empty(); }
   bool is_cross() const { return is_attention() && attention_->options().cross; }
@@ -58,7 +68,9 @@ class BranchImpl : public torch::nn::Module {
  private:
   torch::Tensor Normalize(const torch::Tensor& x);
   torch::Tensor Shift(const torch::Tensor& x, const torch::Tensor& mask) const;
-  torch::Tensor Inner(const torch::Tensor& x, const BranchInputs& in, SelfAttentionState* capture);
+  torch::Tensor Inner(const torch::Tensor& x, const BranchInputs& in, torch::TensorList capture);
+  // The attention's part of a state list (all but the shifted piece).
+  torch::TensorList AttentionState(torch::TensorList state) const;
 
   int64_t dim_;
   BranchNorm norm_kind_;

@@ -1,6 +1,7 @@
 #include "core/models/fast_attention.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/attention/causal_linear_attention.h"
 #include "core/attention/linear_attention.h"
@@ -25,6 +26,16 @@ FastAttentionImpl::FastAttentionImpl(const FastAttentionConfig& config)
       register_buffer("projection_matrix", torch::zeros({nb_features_, config.dim_heads}));
 }
 
+std::vector<SlotTensorSpec> FastAttentionImpl::SlotStateSpec(int64_t heads) const {
+  const int64_t d = config_.dim_heads;
+  std::vector<SlotTensorSpec> specs{{{heads, feature_dim(), d + 1}, 0.0}};
+  if (feature_map_.kind == FeatureKind::kSoftmax) {
+    specs.push_back({{heads}, std::numeric_limits<float>::lowest()});
+    specs.push_back({{heads, d + 1}, 0.0});
+  }
+  return specs;
+}
+
 torch::Tensor FastAttentionImpl::QueryFeatures(const torch::Tensor& q) const {
   return PerformerQueryFeatures(feature_map_, q, projection_matrix_);
 }
@@ -34,10 +45,10 @@ torch::Tensor FastAttentionImpl::KeyFeatures(const torch::Tensor& k) const {
 }
 
 torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
-                                         const torch::Tensor& v, SelfAttentionState* capture) {
+                                         const torch::Tensor& v, torch::TensorList capture) {
   torch::Tensor qf = QueryFeatures(q);
   if (!config_.causal) {
-    TORCH_CHECK(capture == nullptr, "FastAttention: only causal attention leaves a decode state");
+    TORCH_CHECK(capture.empty(), "FastAttention: only causal attention leaves a decode state");
     // The reference's linear_attention: no epsilon in the normaliser.
     return LinearAttentionProduct(qf, KeyFeatures(k), v, /*eps=*/0.0);
   }
@@ -45,27 +56,26 @@ torch::Tensor FastAttentionImpl::forward(const torch::Tensor& q, const torch::Te
       (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
     // Training: the causal dot product's own backward is several times
     // faster than autograd through the prefill's chunks (bench/prefill_bench).
-    TORCH_CHECK(capture == nullptr,
+    TORCH_CHECK(capture.empty(),
                 "FastAttention: a decode state is captured only without gradients to record");
     torch::Tensor kf = KeyFeatures(k);
     torch::Tensor numerator = CausalLinearNumerator(qf, kf, v);
     torch::Tensor denominator = (qf * (kf.cumsum(-2) + kCausalDenominatorEps)).sum(-1);
     return numerator / denominator.unsqueeze(-1);
   }
-  return CausalInference(qf, k, v, nullptr, capture);
+  return CausalInference(qf, k, v, {}, capture);
 }
 
 torch::Tensor FastAttentionImpl::Extend(const torch::Tensor& q, const torch::Tensor& k,
-                                        const torch::Tensor& v, SelfAttentionState& state) const {
+                                        const torch::Tensor& v, torch::TensorList state) const {
   TORCH_CHECK(config_.causal, "FastAttention: only causal attention extends a decode state");
   torch::NoGradGuard no_grad;
-  return CausalInference(QueryFeatures(q), k, v, &state, &state);
+  return CausalInference(QueryFeatures(q), k, v, state, state);
 }
 
 torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
-                                                 const torch::Tensor& v,
-                                                 const SelfAttentionState* from,
-                                                 SelfAttentionState* to) const {
+                                                 const torch::Tensor& v, torch::TensorList from,
+                                                 torch::TensorList to) const {
   // One chunkwise pass gives the numerator, the normaliser (the last
   // column) and the final state, which is the decode state.
   const int64_t d = v.size(-1);
@@ -79,28 +89,30 @@ torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const 
     // state free of the cancellation that subtracting it afterwards would
     // cause.
     SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(
-        k, projection_matrix_, from != nullptr ? from->key_max : torch::Tensor());
+        k, projection_matrix_, from.empty() ? torch::Tensor() : from[kStateKeyMax]);
     torch::Tensor initial_state;
     torch::Tensor v1 = AppendOne(v);
     torch::Tensor v_sums = v1.cumsum(-2);
-    if (from != nullptr) {
-      initial_state =
-          from->kv * torch::exp(from->key_max - keys.stabiliser).unsqueeze(-1).unsqueeze(-1);
-      v_sums = v_sums + from->v_sum.unsqueeze(-2);
+    if (!from.empty()) {
+      initial_state = from[kStateKv] *
+                      torch::exp(from[kStateKeyMax] - keys.stabiliser).unsqueeze(-1).unsqueeze(-1);
+      v_sums = v_sums + from[kStateValueSum].unsqueeze(-2);
     }
     LinearStateAdvance advance = AdvanceLinearState(qf, keys.exponents, v, initial_state);
     const double ratio = Ratio(nb_features_);
     out = advance.out * ratio + (q_sum * (ratio * kSoftmaxKernelEps)) * v_sums;
-    if (to != nullptr) {
-      to->kv.copy_(advance.final_state);
-      to->v_sum.copy_(from != nullptr ? from->v_sum + v1.sum(-2) : v1.sum(-2));
-      to->key_max.copy_(keys.stabiliser);
+    if (!to.empty()) {
+      // The sum is taken before the state it may alias is overwritten.
+      torch::Tensor v_sum = from.empty() ? v1.sum(-2) : from[kStateValueSum] + v1.sum(-2);
+      to[kStateKv].copy_(advance.final_state);
+      to[kStateValueSum].copy_(v_sum);
+      to[kStateKeyMax].copy_(keys.stabiliser);
     }
   } else {
     LinearStateAdvance advance =
-        AdvanceLinearState(qf, KeyFeatures(k), v, from != nullptr ? from->kv : torch::Tensor());
+        AdvanceLinearState(qf, KeyFeatures(k), v, from.empty() ? torch::Tensor() : from[kStateKv]);
     out = advance.out;
-    if (to != nullptr) to->kv.copy_(advance.final_state);
+    if (!to.empty()) to[kStateKv].copy_(advance.final_state);
   }
   torch::Tensor denominator = out.narrow(-1, d, 1) + kCausalDenominatorEps * q_sum;
   return (out.narrow(-1, 0, d) / denominator).to(v.scalar_type());
@@ -120,10 +132,10 @@ void FastAttentionImpl::RedrawProjectionMatrix() {
 }
 
 torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tensor& v,
-                                      SelfAttentionState& state) const {
+                                      torch::TensorList state) const {
   const int64_t rows = qk.size(0), heads = qk.size(1) / 2, d = v.size(-1);
   const int64_t m = feature_dim(), flat = rows * heads;
-  torch::Tensor kv = state.kv.view({flat, m, d + 1});
+  torch::Tensor kv = state[kStateKv].view({flat, m, d + 1});
   torch::Tensor v_flat = v.reshape({flat, d});
   if (feature_map_.kind != FeatureKind::kSoftmax) {
     return StepLinearState(kv, QueryFeatures(qk.narrow(1, 0, heads)).reshape({flat, m}),
@@ -138,10 +150,12 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(qk, scaled_projection_t_)
                                                    : ProjectFeatures(qk, projection_matrix_);
   torch::Tensor diag = SoftmaxKernelDiag(qk).squeeze(-1);
-  torch::Tensor sums = state.v_sum.view({flat, d + 1});
-  if (FusedLinearStateStep(kv) && state.key_max.is_contiguous() && state.v_sum.is_contiguous()) {
+  const torch::Tensor& state_key_max = state[kStateKeyMax];
+  torch::Tensor sums = state[kStateValueSum].view({flat, d + 1});
+  if (FusedLinearStateStep(kv) && state_key_max.is_contiguous() &&
+      state[kStateValueSum].is_contiguous()) {
     // Feature map, rescaling, update, read-out and normalisation in one pass.
-    torch::Tensor key_max = state.key_max.view({flat});
+    torch::Tensor key_max = state_key_max.view({flat});
     return StepSoftmaxKernelState(kv, key_max, sums, u.view({rows, 2, heads, m}),
                                   diag.view({rows, 2, heads}), v_flat, kSoftmaxKernelEps,
                                   kCausalDenominatorEps)
@@ -150,11 +164,11 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   torch::Tensor uq = u.narrow(1, 0, heads), uk = u.narrow(1, heads, heads);
   torch::Tensor q_features = torch::exp(uq - (diag.narrow(1, 0, heads) + uq.amax(-1)).unsqueeze(-1))
                                  .add_(kSoftmaxKernelEps);
-  torch::Tensor new_max = torch::maximum(state.key_max, uk.amax(-1));
-  torch::Tensor decay = torch::exp(state.key_max - new_max);
+  torch::Tensor new_max = torch::maximum(state_key_max, uk.amax(-1));
+  torch::Tensor decay = torch::exp(state_key_max - new_max);
   torch::Tensor key_features =
       torch::exp(uk - (diag.narrow(1, heads, heads) + new_max).unsqueeze(-1));
-  state.key_max.copy_(new_max);
+  state_key_max.copy_(new_max);
   const double ratio = Ratio(m), scale = ratio * ratio;
   return StepLinearState(kv, q_features.reshape({flat, m}), key_features.reshape({flat, m}), v_flat,
                          decay.reshape({flat}), sums, scale, scale * kSoftmaxKernelEps,

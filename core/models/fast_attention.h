@@ -14,9 +14,23 @@
 // pass, constant memory in n), the non-causal one is the library's
 // LinearAttentionProduct and training's causal case its
 // CausalLinearNumerator. Their entry points take the fused and CUDA kernels
-// where those run. Step() is the exact incremental form of the causal case
-// over a DecodeState (see decode_state.h for the running-maximum
-// bookkeeping).
+// where those run. Step() is the exact incremental form of the causal case.
+//
+// The decode state of the causal heads is the library's recurrent linear
+// state (core/recurrent/linear_state.h), one [m, d + 1] tensor per head, in
+// a slot pool (core/recurrent/state_pool.h); its tensors, in the order of
+// SlotStateSpec (FastAttentionStateTensor), rows first:
+//   kv       [.., h, m, d + 1]
+//   key_max  [.., h]            softmax kernel only: the running key maximum M
+//   v_sum    [.., h, d + 1]     softmax kernel only
+// Softmax-kernel heads keep their sums in the frame of M: with
+// a_j = u_j - diag_j,
+//   kv[..., f, :d] = sum_j exp(a_j - M) v_j,   kv[..., f, d] = sum_j exp(a_j - M)
+//   v_sum[..., :d] = sum_j v_j,                v_sum[..., d] = t (tokens so far)
+// so that sum_j k'_j v_j = r (kv[:d] + 1e-4 v_sum[:d]) and sum_j k'_j =
+// r (kv[d] + 1e-4 t) exactly as the full forward with stabiliser M would
+// have them; when M grows to M', kv is multiplied by exp(M - M').
+// Generalized-kernel (and no-projection) heads keep plain sums in kv.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -24,12 +38,15 @@
 #include <torch/types.h>
 
 #include "core/feature_maps/performer_kernels.h"
-#include "core/models/decode_state.h"
 #include "core/models/performer_config.h"
+#include "core/recurrent/slot_state.h"
 
 namespace performer::models {
 
 inline constexpr double kCausalDenominatorEps = 1e-6;
+
+// Index of each decode-state tensor in the list SlotStateSpec describes.
+enum FastAttentionStateTensor : size_t { kStateKv = 0, kStateKeyMax = 1, kStateValueSum = 2 };
 
 using performer::FeatureKind;
 
@@ -37,12 +54,15 @@ class FastAttentionImpl : public torch::nn::Module {
  public:
   explicit FastAttentionImpl(const FastAttentionConfig& config);
 
-  // q, k, v [b, h, n, d] -> [b, h, n, d]. Causal attention with `capture`
-  // also fills its rows (kv, key_max, v_sum; [b, h, ...]) with the decode
+  // The decode-state tensors of `heads` causal heads, per sequence.
+  std::vector<SlotTensorSpec> SlotStateSpec(int64_t heads) const;
+
+  // q, k, v [b, h, n, d] -> [b, h, n, d]. Causal attention with a `capture`
+  // (the SlotStateSpec tensors of b rows) also fills it with the decode
   // state after the n tokens, in the frame the forward used: the prefill
   // hands the decoder its state.
   torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        SelfAttentionState* capture = nullptr);
+                        torch::TensorList capture = {});
 
   // Continues the causal state rows `state` ([b, h, ...]) by n tokens at
   // once: q, k, v [b, h, n, d] -> [b, h, n, d], one chunkwise prefill from
@@ -52,9 +72,9 @@ class FastAttentionImpl : public torch::nn::Module {
   // steps would use each token's running maximum: the 1e-4 of k' then
   // weighs as in a full forward whose stabiliser is that maximum, which
   // lies between the steps' running maximum and the whole sequence's (the
-  // reference's full forward; decode_state.h).
+  // reference's full forward).
   torch::Tensor Extend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       SelfAttentionState& state) const;
+                       torch::TensorList state) const;
 
   // q' and k' [.., n, m] (PerformerQueryFeatures / PerformerKeyFeatures).
   torch::Tensor QueryFeatures(const torch::Tensor& q) const;
@@ -64,7 +84,7 @@ class FastAttentionImpl : public torch::nn::Module {
   // returns [B, h, d] (the library's StepLinearState, or for softmax-kernel
   // heads StepSoftmaxKernelState, the feature map fused in).
   torch::Tensor Step(const torch::Tensor& qk, const torch::Tensor& v,
-                     SelfAttentionState& state) const;
+                     torch::TensorList state) const;
 
   // Precomputes the projection scaled by the data normaliser for Step.
   void PrepareForDecoding();
@@ -90,11 +110,12 @@ class FastAttentionImpl : public torch::nn::Module {
   const torch::Tensor& projection_matrix() const { return projection_matrix_; }
 
  private:
-  // Causal inference from the state `from` (nullptr: empty) that writes the
-  // state after the tokens to `to` (nullptr: not kept); they may alias.
+  // Causal inference from the state `from` (empty: a new sequence) that
+  // writes the state after the tokens to `to` (empty: not kept); they may
+  // alias.
   torch::Tensor CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
-                                const torch::Tensor& v, const SelfAttentionState* from,
-                                SelfAttentionState* to) const;
+                                const torch::Tensor& v, torch::TensorList from,
+                                torch::TensorList to) const;
   FastAttentionConfig config_;
   PerformerFeatureMap feature_map_;
   int64_t nb_features_;

@@ -1,7 +1,5 @@
 #include "core/models/performer_attention.h"
 
-#include <limits>
-
 #include "core/attention/linear_rows.h"
 #include "core/attention/rotary.h"
 
@@ -37,6 +35,36 @@ PerformerAttentionImpl::PerformerAttentionImpl(const PerformerAttentionOptions& 
   to_out_ = register_module(
       "to_out",
       torch::nn::Linear(torch::nn::LinearOptions(inner, options.dim).bias(options.attn_out_bias)));
+  if (!options.cross && global_heads() > 0) {
+    fast_state_tensors_ = fast_attention_->SlotStateSpec(global_heads()).size();
+  }
+}
+
+std::vector<SlotTensorSpec> PerformerAttentionImpl::SlotStateSpec() const {
+  const int64_t d = options_.dim_head;
+  if (options_.cross) {
+    return {{{options_.heads, fast_attention_->feature_dim(), d + 1}, 0.0}};
+  }
+  std::vector<SlotTensorSpec> specs;
+  if (global_heads() > 0) specs = fast_attention_->SlotStateSpec(global_heads());
+  if (options_.local_heads > 0) {
+    const SlotTensorSpec ring{{options_.local_heads, 2 * options_.local_window_size, d}, 0.0};
+    specs.push_back(ring);
+    specs.push_back(ring);
+  }
+  return specs;
+}
+
+torch::TensorList PerformerAttentionImpl::FastState(torch::TensorList state) const {
+  return state.slice(0, fast_state_tensors_);
+}
+
+const torch::Tensor& PerformerAttentionImpl::RingKeys(torch::TensorList state) const {
+  return state[fast_state_tensors_];
+}
+
+const torch::Tensor& PerformerAttentionImpl::RingValues(torch::TensorList state) const {
+  return state[fast_state_tensors_ + 1];
 }
 
 torch::Tensor PerformerAttentionImpl::SplitHeads(const torch::Tensor& t) const {
@@ -49,7 +77,7 @@ torch::Tensor PerformerAttentionImpl::MergeHeads(const torch::Tensor& t) const {
 
 torch::Tensor PerformerAttentionImpl::forward(
     const torch::Tensor& x, const InterleavedRotary& rotary, const torch::Tensor& mask,
-    const torch::Tensor& context, const torch::Tensor& context_mask, SelfAttentionState* capture) {
+    const torch::Tensor& context, const torch::Tensor& context_mask, torch::TensorList capture) {
   TORCH_CHECK(!options_.cross || context.defined(), "cross attention needs a context");
   TORCH_CHECK(options_.cross || !context.defined(), "self attention does not take a context");
   const torch::Tensor& source = options_.cross ? context : x;
@@ -68,13 +96,13 @@ torch::Tensor PerformerAttentionImpl::forward(
       qg = ApplyInterleavedRotary(qg, rotary);
       kg = ApplyInterleavedRotary(kg, rotary);
     }
-    outs.push_back(fast_attention_(qg, kg, vg, capture));
+    outs.push_back(fast_attention_(qg, kg, vg, capture.empty() ? capture : FastState(capture)));
   }
   if (lh > 0) {
     TORCH_CHECK(!options_.cross, "local attention is not compatible with cross attention");
     torch::Tensor lq = q.narrow(1, gh, lh), lk = k.narrow(1, gh, lh), lv = v.narrow(1, gh, lh);
     outs.push_back(local_attn_(lq, lk, lv, mask));
-    if (capture != nullptr) local_attn_->InitRing(lk, lv, capture->local_k, capture->local_v);
+    if (!capture.empty()) local_attn_->InitRing(lk, lv, RingKeys(capture), RingValues(capture));
   }
   torch::Tensor out =
       ApplyLinear(to_out_, MergeHeads(outs.size() == 1 ? outs[0] : torch::cat(outs, 1)));
@@ -111,21 +139,23 @@ torch::Tensor PerformerAttentionImpl::GlobalQueriesKeys(const torch::Tensor& qkv
 
 torch::Tensor PerformerAttentionImpl::Recur(const torch::Tensor& qkv, const torch::Tensor& qk,
                                             const torch::Tensor& positions,
-                                            SelfAttentionState& state) {
+                                            torch::TensorList state) {
   const int64_t gh = global_heads(), lh = options_.local_heads;
   std::vector<torch::Tensor> outs;
-  if (gh > 0) outs.push_back(fast_attention_->Step(qk, qkv.select(1, 2).narrow(1, 0, gh), state));
+  if (gh > 0) {
+    outs.push_back(fast_attention_->Step(qk, qkv.select(1, 2).narrow(1, 0, gh), FastState(state)));
+  }
   if (lh > 0) {
     outs.push_back(local_attn_->Step(
         qkv.select(1, 0).narrow(1, gh, lh), qkv.select(1, 1).narrow(1, gh, lh),
-        qkv.select(1, 2).narrow(1, gh, lh), positions, state.local_k, state.local_v));
+        qkv.select(1, 2).narrow(1, gh, lh), positions, RingKeys(state), RingValues(state)));
   }
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
 }
 
 torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                                            const torch::Tensor& positions,
-                                           SelfAttentionState& state) {
+                                           torch::TensorList state) {
   const int64_t rows = x.size(0), inner = options_.heads * options_.dim_head;
   torch::Tensor qkv = ProjectQkv(x);
   torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
@@ -135,7 +165,7 @@ torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const Interle
 torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
                                              const InterleavedRotary& rotary,
                                              const torch::Tensor& positions,
-                                             SelfAttentionState& state) {
+                                             torch::TensorList state) {
   const int64_t count = x.size(0), inner = options_.heads * options_.dim_head;
   const int64_t gh = global_heads(), lh = options_.local_heads;
   torch::Tensor qkv = ProjectQkv(x);
@@ -148,7 +178,7 @@ torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
     torch::Tensor qk = GlobalQueriesKeys(qkv, rotary);
     torch::Tensor out =
         fast_attention_->Extend(heads_first(qk.narrow(1, 0, gh)), heads_first(qk.narrow(1, gh, gh)),
-                                heads_first(qkv.select(1, 2).narrow(1, 0, gh)), state);
+                                heads_first(qkv.select(1, 2).narrow(1, 0, gh)), FastState(state));
     outs.push_back(out.squeeze(0).transpose(0, 1));
   }
   if (lh > 0) {
@@ -157,7 +187,7 @@ torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
     torch::Tensor out = local_attn_->Extend(heads_first(qkv.select(1, 0).narrow(1, gh, lh)),
                                             heads_first(qkv.select(1, 1).narrow(1, gh, lh)),
                                             heads_first(qkv.select(1, 2).narrow(1, gh, lh)), start,
-                                            state.local_k, state.local_v);
+                                            RingKeys(state), RingValues(state));
     outs.push_back(out.squeeze(0).transpose(0, 1));
   }
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
@@ -179,30 +209,6 @@ torch::Tensor PerformerAttentionImpl::CrossStep(const torch::Tensor& x,
   const int64_t rows = x.size(0), h = options_.heads, d = options_.dim_head;
   torch::Tensor q = LinearRows(to_q_, x).view({rows, h, d});
   return LinearRows(to_out_, fast_attention_->AttendSummary(q, summary).reshape({rows, h * d}));
-}
-
-SelfAttentionState PerformerAttentionImpl::AllocateState(int64_t rows,
-                                                         torch::TensorOptions options) const {
-  SelfAttentionState s;
-  const int64_t gh = global_heads(), lh = options_.local_heads, d = options_.dim_head;
-  if (gh > 0) {
-    s.kv = torch::zeros({rows, gh, fast_attention_->feature_dim(), d + 1}, options);
-    if (fast_attention_->feature_kind() == FeatureKind::kSoftmax) {
-      s.key_max = torch::full({rows, gh}, std::numeric_limits<float>::lowest(), options);
-      s.v_sum = torch::zeros({rows, gh, d + 1}, options);
-    }
-  }
-  if (lh > 0) {
-    s.local_k = torch::zeros({rows, lh, 2 * options_.local_window_size, d}, options);
-    s.local_v = torch::zeros({rows, lh, 2 * options_.local_window_size, d}, options);
-  }
-  return s;
-}
-
-torch::Tensor PerformerAttentionImpl::AllocateCrossState(int64_t rows,
-                                                         torch::TensorOptions options) const {
-  return torch::zeros({rows, options_.heads, fast_attention_->feature_dim(), options_.dim_head + 1},
-                      options);
 }
 
 }  // namespace performer::models

@@ -18,10 +18,12 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <vector>
+
 #include "core/attention/rotary.h"
 #include "core/attention/windowed_local_attention.h"
-#include "core/models/decode_state.h"
 #include "core/models/fast_attention.h"
+#include "core/recurrent/slot_state.h"
 
 namespace performer::models {
 
@@ -46,19 +48,28 @@ class PerformerAttentionImpl : public torch::nn::Module {
  public:
   explicit PerformerAttentionImpl(const PerformerAttentionOptions& options);
 
+  // The decode state one sequence keeps (core/recurrent/slot_state.h), in
+  // this order: self attention, the global heads' FastAttention state
+  // (FastAttentionImpl::SlotStateSpec) and then, with local heads, the
+  // ring of their last 2 windows' raw keys and values [lh, 2w, d] each
+  // (entry = position mod 2w); cross attention, the constant summary of the
+  // context [h, m, d + 1] (m = feature width).
+  std::vector<SlotTensorSpec> SlotStateSpec() const;
+
   // x [b, n, dim]. Self attention: rotary rows [n, dim_head] or undefined,
   // mask [b, n] bool or undefined. Cross attention: context [b, m, dim],
   // context_mask [b, m] or undefined. When `capture` is given (self
-  // attention, causal), its rows [b] are filled with the decoding state
-  // after the n positions.
+  // attention, causal: the SlotStateSpec tensors of b rows), it is filled
+  // with the decoding state after the n positions.
   torch::Tensor forward(const torch::Tensor& x, const InterleavedRotary& rotary,
                         const torch::Tensor& mask, const torch::Tensor& context,
-                        const torch::Tensor& context_mask, SelfAttentionState* capture = nullptr);
+                        const torch::Tensor& context_mask, torch::TensorList capture = {});
 
   // One causal self-attention step: x [B, dim] at positions [B]; rotary
-  // rows [B, dim_head] (pre-interleaved) or undefined.
+  // rows [B, dim_head] (pre-interleaved) or undefined; `state` the
+  // SlotStateSpec tensors of the B rows, updated in place.
   torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                     const torch::Tensor& positions, SelfAttentionState& state);
+                     const torch::Tensor& positions, torch::TensorList state);
 
   // Several consecutive positions of ONE sequence (chunked prefill): x [C, dim]
   // at positions [C] (only positions[0] is read, by local heads: on the
@@ -69,7 +80,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
   // local heads with one windowed forward (WindowedLocalAttention::Extend). Returns
   // [C, dim].
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
-                       const torch::Tensor& positions, SelfAttentionState& state);
+                       const torch::Tensor& positions, torch::TensorList state);
 
   // Caches the concatenated q/k/v weights for Step (one GEMM instead of
   // three). Call after the weights are loaded.
@@ -79,10 +90,6 @@ class PerformerAttentionImpl : public torch::nn::Module {
   torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
   // Cross attention step: x [B, dim] against summaries [B, h, m', d + 1].
   torch::Tensor CrossStep(const torch::Tensor& x, const torch::Tensor& summary);
-
-  // Allocates empty state tensors with `rows` rows.
-  SelfAttentionState AllocateState(int64_t rows, torch::TensorOptions options) const;
-  torch::Tensor AllocateCrossState(int64_t rows, torch::TensorOptions options) const;
 
   int64_t global_heads() const { return options_.heads - options_.local_heads; }
   const PerformerAttentionOptions& options() const { return options_; }
@@ -94,7 +101,11 @@ class PerformerAttentionImpl : public torch::nn::Module {
   torch::Tensor GlobalQueriesKeys(const torch::Tensor& qkv, const InterleavedRotary& rotary) const;
   // One position per row against `state` -> [B, h, d] (before to_out).
   torch::Tensor Recur(const torch::Tensor& qkv, const torch::Tensor& qk,
-                      const torch::Tensor& positions, SelfAttentionState& state);
+                      const torch::Tensor& positions, torch::TensorList state);
+  // The global heads' part of a state list, and the local heads' ring.
+  torch::TensorList FastState(torch::TensorList state) const;
+  const torch::Tensor& RingKeys(torch::TensorList state) const;
+  const torch::Tensor& RingValues(torch::TensorList state) const;
   // [b, n, h*d] -> [b, h, n, d]
   torch::Tensor SplitHeads(const torch::Tensor& t) const;
   torch::Tensor MergeHeads(const torch::Tensor& t) const;
@@ -104,6 +115,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
   WindowedLocalAttention local_attn_{nullptr};
   torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
   torch::Tensor qkv_weight_, qkv_bias_;  // PrepareForDecoding
+  size_t fast_state_tensors_ = 0;        // of the global heads, first in the state
 };
 TORCH_MODULE(PerformerAttention);
 

@@ -53,35 +53,38 @@ torch::Tensor PerformerLMImpl::forward(const torch::Tensor& tokens,
   in.context_mask = options.context_mask;
   x = performer_(x, in, options.capture, options.trace);
   x = norm_(x);
-  if (options.capture != nullptr) options.capture->positions.fill_(n);
+  if (options.capture != nullptr) options.capture->front().positions.fill_(n);
   if (options.return_encodings) return x;
   return Logits(x);
 }
 
-torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens, DecodeState& state) {
-  const torch::Tensor& positions = state.positions;
+torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens,
+                                    const std::vector<SlotRows>& state) {
+  const torch::Tensor& positions = state.front().positions;
   torch::Tensor x = token_emb_(tokens) + pos_emb_->Rows(positions);
   InterleavedRotary rotary;
   if (layer_pos_emb_.defined()) {
     rotary = (rotary_.defined() ? rotary_ : MakeInterleavedRotary(layer_pos_emb_)).Rows(positions);
   }
   x = performer_->Step(x, rotary, positions, state);
-  state.positions.add_(1);
+  positions.add_(1);
   x = norm_(x);
   return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
                            : LinearRows(to_out_, x);
 }
 
-torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens, DecodeState& state,
+torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens,
+                                      const std::vector<SlotRows>& state,
                                       std::optional<int64_t> start) {
   const int64_t count = tokens.size(0);
-  TORCH_CHECK(count >= 1 && state.positions.size(0) == 1,
+  const torch::Tensor& state_positions = state.front().positions;
+  TORCH_CHECK(count >= 1 && state_positions.size(0) == 1,
               "Extend feeds at least one token to exactly one sequence");
   // Embeddings and rotary rows index device tables: positions on the state's
   // device, computed there. The layers read only the first position (local
   // heads' window start), so they get the same positions on the host.
-  torch::Tensor positions = state.positions + torch::arange(count, state.positions.options());
-  const int64_t first = start.has_value() ? *start : state.positions[0].item<int64_t>();
+  torch::Tensor positions = state_positions + torch::arange(count, state_positions.options());
+  const int64_t first = start.has_value() ? *start : state_positions[0].item<int64_t>();
   const torch::Tensor host_positions = torch::arange(first, first + count, torch::kLong);
   torch::Tensor x = token_emb_(tokens) + pos_emb_->Rows(positions);
   InterleavedRotary rotary;
@@ -89,7 +92,7 @@ torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens, DecodeState& 
     rotary = (rotary_.defined() ? rotary_ : MakeInterleavedRotary(layer_pos_emb_)).Rows(positions);
   }
   x = performer_->Extend(x, rotary, host_positions, state);
-  state.positions.add_(count);
+  state_positions.add_(count);
   x = norm_(x.narrow(0, count - 1, 1));
   torch::Tensor logits = config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
                                            : LinearRows(to_out_, x);
@@ -97,7 +100,7 @@ torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens, DecodeState& 
 }
 
 void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
-                                DecodeState& state) {
+                                const std::vector<SlotRows>& state) {
   performer_->InitCross(context, context_mask, state);
 }
 
@@ -107,8 +110,14 @@ void PerformerLMImpl::PrepareForDecoding() {
   performer_->PrepareForDecoding();
 }
 
-DecodeState PerformerLMImpl::AllocateState(int64_t rows) const {
-  return performer_->AllocateState(rows, token_emb_->weight.options());
+std::vector<std::vector<SlotTensorSpec>> PerformerLMImpl::SlotStateSpecs() const {
+  return performer_->SlotStateSpecs();
+}
+
+StatePool PerformerLMImpl::AllocateState(int64_t rows) const {
+  const torch::Tensor& weight = token_emb_->weight;
+  return StatePool(SlotStateSpecs(), rows,
+                   torch::TensorOptions().device(weight.device()).dtype(weight.dtype()));
 }
 
 }  // namespace performer::models

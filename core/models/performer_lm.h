@@ -9,7 +9,8 @@
 //
 // Besides the full forward it has the incremental form used for decoding:
 // Prefill (a full forward that also leaves each row's constant-size state
-// in a DecodeState) and Step (one token per row against that state).
+// in rows of a slot pool, core/recurrent/state_pool.h) and Step (one token
+// per row against that state).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -20,11 +21,12 @@
 #include <torch/types.h>
 
 #include <optional>
+#include <vector>
 
-#include "core/models/decode_state.h"
 #include "core/models/performer_config.h"
 #include "core/models/performer_stack.h"
 #include "core/models/positional_embedding.h"
+#include "core/recurrent/state_pool.h"
 
 namespace performer::models {
 
@@ -33,8 +35,10 @@ struct LMForwardOptions {
   torch::Tensor context;       // [b, m, dim] (decoder with cross_attend)
   torch::Tensor context_mask;  // [b, m] bool
   bool return_encodings = false;
-  DebugTrace* trace = nullptr;     // "embed", "layers.<i>.{attn,ff}_branch"
-  DecodeState* capture = nullptr;  // rows [b]: decoding state after the n positions
+  DebugTrace* trace = nullptr;  // "embed", "layers.<i>.{attn,ff}_branch"
+  // Rows [b] of a pool of SlotStateSpecs(): the decoding state after the n
+  // positions (positions included).
+  const std::vector<SlotRows>* capture = nullptr;
 };
 
 class PerformerLMImpl : public torch::nn::Module {
@@ -45,9 +49,10 @@ class PerformerLMImpl : public torch::nn::Module {
   // TORCH_CHECKs n <= max_seq_len like the reference.
   torch::Tensor forward(const torch::Tensor& tokens, const LMForwardOptions& options = {});
 
-  // One token per row: tokens [B] int64 at positions [B] -> logits [B, num_tokens].
-  // `state` rows are advanced in place (positions included).
-  torch::Tensor Step(const torch::Tensor& tokens, DecodeState& state);
+  // One token per row: tokens [B] int64 -> logits [B, num_tokens]. `state`
+  // (B rows of a pool of SlotStateSpecs()) is advanced in place, positions
+  // included.
+  torch::Tensor Step(const torch::Tensor& tokens, const std::vector<SlotRows>& state);
 
   // Chunked prefill: feeds tokens [C] int64 to the ONE sequence of `state`
   // (one row, already prefilled) at its next C positions and returns the
@@ -57,14 +62,18 @@ class PerformerLMImpl : public torch::nn::Module {
   // it on the host, so that local heads, which need it as a number, do not
   // read it back from the device (a synchronisation on a GPU); without it,
   // it is read once here.
-  torch::Tensor Extend(const torch::Tensor& tokens, DecodeState& state,
+  torch::Tensor Extend(const torch::Tensor& tokens, const std::vector<SlotRows>& state,
                        std::optional<int64_t> start = std::nullopt);
 
   // Cross-attention summaries of a context for `state` rows (decoder only).
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
-                 DecodeState& state);
+                 const std::vector<SlotRows>& state);
 
-  DecodeState AllocateState(int64_t rows) const;
+  // The decode state of one sequence, layer by layer of the pool
+  // (PerformerStackImpl::SlotStateSpecs).
+  std::vector<std::vector<SlotTensorSpec>> SlotStateSpecs() const;
+  // A pool of `rows` empty sequences where the weights are, in their dtype.
+  StatePool AllocateState(int64_t rows) const;
 
   // Precomputes what Step reuses (interleaved rotary tables, fused q/k/v
   // weights). Call once after the weights are loaded; Step works without

@@ -72,8 +72,23 @@ PerformerStackImpl::PerformerStackImpl(const PerformerLMConfig& config) : config
   }
 }
 
+std::vector<std::vector<SlotTensorSpec>> PerformerStackImpl::SlotStateSpecs() const {
+  std::vector<std::vector<SlotTensorSpec>> specs;
+  for (const auto& [f, g] : pairs_) {
+    specs.push_back(f->SlotStateSpec());
+    specs.push_back(g->SlotStateSpec());
+  }
+  return specs;
+}
+
+void PerformerStackImpl::CheckState(const std::vector<SlotRows>& state) const {
+  TORCH_CHECK(state.size() == 2 * pairs_.size(), "PerformerStack: a state of ", state.size(),
+              " branches for a stack of ", 2 * pairs_.size());
+}
+
 torch::Tensor PerformerStackImpl::forward(const torch::Tensor& x, const BranchInputs& in,
-                                          DecodeState* capture, DebugTrace* trace) {
+                                          const std::vector<SlotRows>* capture, DebugTrace* trace) {
+  if (capture != nullptr) CheckState(*capture);
   BranchInputs ff_inputs;         // the feed-forward branch receives no routed arguments
   BranchInputs self_inputs = in;  // context and context_mask reach only cross attention
   self_inputs.context = torch::Tensor();
@@ -81,21 +96,21 @@ torch::Tensor PerformerStackImpl::forward(const torch::Tensor& x, const BranchIn
   torch::Tensor x1 = x, x2 = x;
   for (size_t i = 0; i < pairs_.size(); ++i) {
     auto& [f, g] = pairs_[i];
-    LayerState* layer = capture != nullptr ? &capture->layers[i] : nullptr;
-    SelfAttentionState* self = layer != nullptr && !f->is_cross() ? &layer->self : nullptr;
-    torch::Tensor* attn_shift =
-        layer != nullptr && f->shifts_tokens() ? &layer->attn_shift : nullptr;
-    torch::Tensor* ff_shift = layer != nullptr && g->shifts_tokens() ? &layer->ff_shift : nullptr;
+    torch::TensorList f_capture, g_capture;
+    if (capture != nullptr) {
+      f_capture = (*capture)[2 * i].tensors;
+      g_capture = (*capture)[2 * i + 1].tensors;
+    }
     torch::Tensor a, b;
     if (config_.reversible) {
-      a = f(x2, f->is_cross() ? in : self_inputs, self, attn_shift);
+      a = f(x2, f->is_cross() ? in : self_inputs, f_capture);
       x1 = x1 + a;
-      b = g(x1, ff_inputs, nullptr, ff_shift);
+      b = g(x1, ff_inputs, g_capture);
       x2 = x2 + b;
     } else {
-      a = f(x1, f->is_cross() ? in : self_inputs, self, attn_shift);
+      a = f(x1, f->is_cross() ? in : self_inputs, f_capture);
       x1 = x1 + a;
-      b = g(x1, ff_inputs, nullptr, ff_shift);
+      b = g(x1, ff_inputs, g_capture);
       x1 = x1 + b;
     }
     if (trace != nullptr) {
@@ -114,58 +129,47 @@ void PerformerStackImpl::PrepareForDecoding() {
 
 torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tensor& x,
                                               const InterleavedRotary& rotary,
-                                              const torch::Tensor& positions, DecodeState& state) {
+                                              const torch::Tensor& positions,
+                                              const std::vector<SlotRows>& state) {
+  CheckState(state);
   torch::Tensor x1 = x, x2 = x;
   for (size_t i = 0; i < pairs_.size(); ++i) {
     BranchImpl& f = *pairs_[i].first;
     BranchImpl& g = *pairs_[i].second;
-    LayerState& layer = state.layers[i];
+    const std::vector<torch::Tensor>& f_state = state[2 * i].tensors;
+    const std::vector<torch::Tensor>& g_state = state[2 * i + 1].tensors;
     if (config_.reversible) {
-      x1 = x1 + (f.*call)(x2, rotary, positions, layer, /*attention_branch=*/true);
-      x2 = x2 + (g.*call)(x1, rotary, positions, layer, /*attention_branch=*/false);
+      x1 = x1 + (f.*call)(x2, rotary, positions, f_state);
+      x2 = x2 + (g.*call)(x1, rotary, positions, g_state);
     } else {
-      x1 = x1 + (f.*call)(x1, rotary, positions, layer, /*attention_branch=*/true);
-      x1 = x1 + (g.*call)(x1, rotary, positions, layer, /*attention_branch=*/false);
+      x1 = x1 + (f.*call)(x1, rotary, positions, f_state);
+      x1 = x1 + (g.*call)(x1, rotary, positions, g_state);
     }
   }
   return config_.reversible ? x1 + x2 : x1;
 }
 
 torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                       const torch::Tensor& positions, DecodeState& state) {
+                                       const torch::Tensor& positions,
+                                       const std::vector<SlotRows>& state) {
   return Incremental(&BranchImpl::Step, x, rotary, positions, state);
 }
 
 torch::Tensor PerformerStackImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                         const torch::Tensor& positions, DecodeState& state) {
+                                         const torch::Tensor& positions,
+                                         const std::vector<SlotRows>& state) {
   return Incremental(&BranchImpl::Extend, x, rotary, positions, state);
 }
 
 void PerformerStackImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
-                                   DecodeState& state) {
+                                   const std::vector<SlotRows>& state) {
+  CheckState(state);
   for (size_t i = 0; i < pairs_.size(); ++i) {
     Branch& f = pairs_[i].first;
     if (f->is_cross()) {
-      state.layers[i].cross.kv.copy_(f->attention()->SummarizeContext(context, context_mask));
+      state[2 * i].tensors.front().copy_(f->attention()->SummarizeContext(context, context_mask));
     }
   }
-}
-
-DecodeState PerformerStackImpl::AllocateState(int64_t rows, torch::TensorOptions options) const {
-  DecodeState s;
-  for (const auto& [f, g] : pairs_) {
-    LayerState layer;
-    if (f->is_cross()) {
-      layer.cross.kv = f->attention()->AllocateCrossState(rows, options);
-    } else {
-      layer.self = f->attention()->AllocateState(rows, options);
-    }
-    if (f->shifts_tokens()) layer.attn_shift = torch::zeros({rows, f->shift_piece()}, options);
-    if (g->shifts_tokens()) layer.ff_shift = torch::zeros({rows, g->shift_piece()}, options);
-    s.layers.push_back(std::move(layer));
-  }
-  s.positions = torch::zeros({rows}, options.dtype(torch::kLong));
-  return s;
 }
 
 }  // namespace performer::models

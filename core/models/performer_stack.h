@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/models/branch.h"
-#include "core/models/decode_state.h"
 #include "core/models/performer_config.h"
+#include "core/recurrent/slot_state.h"
 
 namespace performer::models {
 
@@ -30,28 +30,34 @@ class PerformerStackImpl : public torch::nn::Module {
   // Uses the PerformerLM keywords (PerformerLM passes its qkv/out biases).
   explicit PerformerStackImpl(const PerformerLMConfig& config);
 
-  // x [b, n, dim]. `capture` (rows [b] of a DecodeState) receives the
-  // incremental state after the n positions (causal self attention, token
-  // shift; cross summaries are set by InitCross).
-  torch::Tensor forward(const torch::Tensor& x, const BranchInputs& in,
-                        DecodeState* capture = nullptr, DebugTrace* trace = nullptr);
+  // The decode state of one sequence, as the slot pool's layers
+  // (core/recurrent/state_pool.h): one entry per branch, in the order
+  // pair 0's attention branch, pair 0's feed-forward branch, pair 1's ...
+  // (BranchImpl::SlotStateSpec; a feed-forward branch without token shift
+  // keeps nothing).
+  std::vector<std::vector<SlotTensorSpec>> SlotStateSpecs() const;
 
-  // x [B, dim] at positions [B] -> [B, dim].
+  // x [b, n, dim]. `capture` (b rows of a pool of SlotStateSpecs) receives
+  // the incremental state after the n positions (causal self attention,
+  // token shift; cross summaries are set by InitCross).
+  torch::Tensor forward(const torch::Tensor& x, const BranchInputs& in,
+                        const std::vector<SlotRows>* capture = nullptr,
+                        DebugTrace* trace = nullptr);
+
+  // x [B, dim] at positions [B] -> [B, dim]; `state` B rows of the pool,
+  // updated in place (not their positions).
   torch::Tensor Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                     const torch::Tensor& positions, DecodeState& state);
+                     const torch::Tensor& positions, const std::vector<SlotRows>& state);
   // C consecutive positions of one sequence (state: one row) -> [C, dim].
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
-                       const torch::Tensor& positions, DecodeState& state);
+                       const torch::Tensor& positions, const std::vector<SlotRows>& state);
 
   // See PerformerAttentionImpl::PrepareForDecoding.
   void PrepareForDecoding();
 
   // Folds a context [b, m, dim] into the cross-attention summaries of `state` rows [b].
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
-                 DecodeState& state);
-
-  // Empty state tensors for `rows` sequences (positions included).
-  DecodeState AllocateState(int64_t rows, torch::TensorOptions options) const;
+                 const std::vector<SlotRows>& state);
 
   int64_t num_pairs() const { return static_cast<int64_t>(pairs_.size()); }
 
@@ -59,10 +65,12 @@ class PerformerStackImpl : public torch::nn::Module {
   // The pairs' residual wiring (sequential or reversible) around one
   // incremental branch call, `Step` or `Extend`.
   using BranchCall = torch::Tensor (BranchImpl::*)(const torch::Tensor&, const InterleavedRotary&,
-                                                   const torch::Tensor&, LayerState&, bool);
+                                                   const torch::Tensor&, torch::TensorList);
   torch::Tensor Incremental(BranchCall call, const torch::Tensor& x,
                             const InterleavedRotary& rotary, const torch::Tensor& positions,
-                            DecodeState& state);
+                            const std::vector<SlotRows>& state);
+  // Checks that `state` has one entry per branch.
+  void CheckState(const std::vector<SlotRows>& state) const;
   PerformerLMConfig config_;
   std::vector<std::pair<Branch, Branch>> pairs_;
 };

@@ -28,8 +28,9 @@ struct SlotShape {
   int64_t max_length = 0;  // tokens a sequence may reach
 };
 
-// One state tensor of one sequence: `shape` without the slot dimension, float,
-// and the value of an empty (new) sequence.
+// One state tensor of one sequence: `shape` without the slot dimension, and
+// the value of an empty (new) sequence. The pool holds it in the model's
+// floating dtype (float32 when served).
 struct SlotTensorSpec {
   std::vector<int64_t> shape;
   double empty_value = 0.0;
@@ -47,7 +48,7 @@ struct SlotRows {
   int64_t live_length = 0;
 };
 
-// Bytes one sequence's tensors occupy (float32).
+// Bytes one sequence's tensors occupy in float32.
 inline int64_t SlotStateBytes(const std::vector<SlotTensorSpec>& specs) {
   int64_t bytes = 0;
   for (const SlotTensorSpec& spec : specs) {

@@ -1,16 +1,23 @@
 #include "core/recurrent/state_pool.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace performer {
 
 StatePool::StatePool(const std::vector<std::vector<SlotTensorSpec>>& layers, int64_t capacity,
                      const torch::TensorOptions& options) {
+  const torch::TensorOptions state_options =
+      options.has_dtype() && c10::isFloatingType(options.dtype().toScalarType())
+          ? options
+          : options.dtype(torch::kFloat);
   for (const std::vector<SlotTensorSpec>& specs : layers) {
     std::vector<torch::Tensor> tensors;
     std::vector<double> empty;
     for (const SlotTensorSpec& spec : specs) {
       std::vector<int64_t> shape{capacity};
       shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-      tensors.push_back(torch::full(shape, spec.empty_value, options.dtype(torch::kFloat)));
+      tensors.push_back(torch::full(shape, spec.empty_value, state_options));
       empty.push_back(spec.empty_value);
     }
     layers_.push_back(std::move(tensors));
@@ -79,6 +86,57 @@ void StatePool::ResetRows(int64_t start, int64_t count) {
     }
   }
   positions_.narrow(0, start, count).zero_();
+}
+
+StateSnapshot StatePool::Read(int64_t slot) const {
+  StateSnapshot snapshot;
+  snapshot.position = positions_[slot].item<int64_t>();
+  for (const std::vector<torch::Tensor>& tensors : layers_) {
+    std::vector<torch::Tensor> row;
+    for (const torch::Tensor& t : tensors) {
+      row.push_back(t[slot].to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    }
+    snapshot.layers.push_back(std::move(row));
+  }
+  return snapshot;
+}
+
+absl::Status StatePool::CheckLayout(const StateSnapshot& snapshot) const {
+  if (snapshot.layers.size() != layers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the state has ", snapshot.layers.size(),
+                                                   " layers; this model keeps ", layers_.size()));
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (snapshot.layers[i].size() != layers_[i].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", i, " of the state has ",
+                                                     snapshot.layers[i].size(), " tensors; ",
+                                                     layers_[i].size(), " expected"));
+    }
+    for (size_t j = 0; j < layers_[i].size(); ++j) {
+      // Shapes and dtypes only (no view of the pool is made): this may run
+      // beside the thread that decodes.
+      const torch::Tensor& given = snapshot.layers[i][j];
+      const torch::Tensor& pooled = layers_[i][j];
+      const c10::IntArrayRef row = pooled.sizes().slice(1);
+      if (!given.defined() || given.sizes() != row || given.scalar_type() != pooled.scalar_type()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", j, " of layer ", i, " of the state is [",
+            given.defined() ? absl::StrJoin(given.sizes(), ", ") : std::string("undefined"),
+            "]; this model keeps [", absl::StrJoin(row, ", "), "] ",
+            c10::toString(pooled.scalar_type())));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StatePool::Write(int64_t slot, const StateSnapshot& snapshot) {
+  if (absl::Status s = CheckLayout(snapshot); !s.ok()) return s;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (size_t j = 0; j < layers_[i].size(); ++j) layers_[i][j][slot].copy_(snapshot.layers[i][j]);
+  }
+  positions_[slot].fill_(snapshot.position);
+  return absl::OkStatus();
 }
 
 }  // namespace performer

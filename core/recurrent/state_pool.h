@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/recurrent/slot_state.h"
+#include "core/recurrent/state_snapshot.h"
 
 namespace performer {
 
@@ -18,10 +20,15 @@ class StatePool {
  public:
   StatePool() = default;
   // layers[i]: the tensors of layer i, as its attention's SlotStateSpec.
+  // The state tensors take the floating dtype of `options` (float32 when it
+  // names none), so that a model in float64 decodes in float64.
   StatePool(const std::vector<std::vector<SlotTensorSpec>>& layers, int64_t capacity,
             const torch::TensorOptions& options);
 
   int64_t capacity() const { return positions_.defined() ? positions_.size(0) : 0; }
+  // The tokens each slot has consumed: [capacity] int64, the tensor the
+  // rows' positions are views of.
+  const torch::Tensor& positions() const { return positions_; }
   // Exact bytes of one sequence: every layer's tensors and its position.
   int64_t BytesPerSequence() const;
 
@@ -34,6 +41,15 @@ class StatePool {
   void CopyRow(int64_t from, int64_t to);
   // Puts rows [start, start + count) in the state of a new sequence.
   void ResetRows(int64_t start, int64_t count);
+
+  // Row `slot` copied to the host (its position included).
+  StateSnapshot Read(int64_t slot) const;
+  // InvalidArgument when the snapshot's layers, shapes or dtypes are not
+  // this pool's.
+  absl::Status CheckLayout(const StateSnapshot& snapshot) const;
+  // Writes a snapshot into row `slot` (CheckLayout first: on error the row
+  // is left as it was).
+  absl::Status Write(int64_t slot, const StateSnapshot& snapshot);
 
  private:
   std::vector<std::vector<torch::Tensor>> layers_;

@@ -2,16 +2,22 @@
 
 #include <torch/torch.h>
 
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
+#include "core/decoding/state_encoding.h"
 #include "core/decoding/status_from_exception.h"
+#include "core/decoding/token_ids.h"
 #include "server/engine/compute_thread.h"
 #include "server/engine/model_runner.h"
 #include "server/engine/output_processor.h"
+#include "server/engine/prefix_cache.h"
 #include "server/engine/scheduler.h"
+#include "server/engine/session_store.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace performer::server {
@@ -66,6 +72,12 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
   scheduler_ = std::make_unique<Scheduler>(scheduling);
   output_ =
       std::make_unique<OutputProcessor>(tokenizer, runner_->info().max_seq_len, options_.observer);
+  PrefixCacheOptions prefix = options_.prefix_cache;
+  if (!ReusesStates()) prefix.max_bytes = 0;
+  prefix_cache_ = std::make_unique<PrefixStateCache>(prefix);
+  SessionOptions sessions = options_.sessions;
+  if (!ReusesStates()) sessions.max_bytes = 0;
+  sessions_ = std::make_unique<SessionStore>(sessions);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -77,13 +89,72 @@ absl::Status Engine::Validate(const GenerationRequest& request) const {
   return ValidateGenerationRequest(request, limits_);
 }
 
+bool Engine::ReusesStates() const {
+  // A prefix or a session is keyed by decoder tokens alone: an
+  // encoder-decoder's state also depends on its source.
+  return !runner_->info().needs_source;
+}
+
+absl::Status Engine::PrepareResume(ScheduledSequence& s) {
+  const std::string& session = s.request.session_id;
+  if (!session.empty()) {
+    if (!sessions_->enabled()) {
+      return absl::FailedPreconditionError(
+          ReusesStates() ? std::string("sessions are off on this server (--session_bytes=0)")
+                         : absl::StrCat("model ", model_name_,
+                                        " is an encoder-decoder: its state depends on the source, "
+                                        "so it keeps no sessions"));
+    }
+    absl::StatusOr<SessionState> content = sessions_->Begin(session, absl::Now());
+    if (!content.ok()) return content.status();
+    if (content->state != nullptr) {
+      // The turn continues the session: its prompt comes after everything
+      // the session has seen, starting with the tokens it has not fed yet.
+      const auto fed = static_cast<std::ptrdiff_t>(content->state->position);
+      s.history.assign(content->tokens.begin(), content->tokens.begin() + fed);
+      std::vector<int64_t> prompt(content->tokens.begin() + fed, content->tokens.end());
+      s.pending_tokens = prompt.size();
+      prompt.insert(prompt.end(), s.request.prompt.begin(), s.request.prompt.end());
+      s.request.prompt = std::move(prompt);
+      // The turn needs room for its prompt and one new token; it ends with
+      // FINISH_REASON_LENGTH where the model's positions end.
+      const int64_t seen = static_cast<int64_t>(content->tokens.size());
+      const int64_t added = static_cast<int64_t>(s.request.prompt.size() - s.pending_tokens);
+      if (seen + added + 1 > runner_->info().max_seq_len) {
+        sessions_->End(session, std::nullopt, absl::Now());
+        return absl::OutOfRangeError(
+            absl::StrCat("session ", session, " has seen ", seen, " tokens; with this prompt (",
+                         added, " tokens) no new token fits in the model's max sequence length ",
+                         runner_->info().max_seq_len, ": start a new session"));
+      }
+      auto resume = std::make_shared<ResumePoint>();
+      resume->state = content->state;
+      s.resume = std::move(resume);
+      return absl::OkStatus();
+    }
+  }
+  // A prompt from the start (no request, or a new session): the prefix cache.
+  if (std::optional<PrefixHit> hit = prefix_cache_->Lookup(s.request.prompt)) {
+    auto resume = std::make_shared<ResumePoint>();
+    resume->state = hit->state;
+    resume->logits = hit->logits;
+    s.resume = std::move(resume);
+    s.prompt_fed = hit->tokens;
+    s.cached_prompt_tokens = hit->tokens;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::Submit(GenerationRequest request, std::shared_ptr<RequestStream> stream) {
   if (absl::Status s = Validate(request); !s.ok()) return s;
   auto sequence = std::make_unique<ScheduledSequence>();
   sequence->request = std::move(request);
   sequence->stream = std::move(stream);
   sequence->accepted = absl::Now();
+  if (absl::Status s = PrepareResume(*sequence); !s.ok()) return s;
+  const std::string session = sequence->request.session_id;
   absl::Status submitted = scheduler_->Submit(std::move(sequence));
+  if (!submitted.ok() && !session.empty()) sessions_->End(session, std::nullopt, absl::Now());
   if (absl::IsResourceExhausted(submitted)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("model ", model_name_, " is overloaded: ", submitted.message()));
@@ -101,6 +172,8 @@ EngineStats Engine::Stats() const {
   stats.queued = counts.queued;
   stats.steps = steps_.load();
   stats.generated_tokens = generated_tokens_.load();
+  stats.prefix_cache = prefix_cache_->Stats();
+  stats.sessions = sessions_->Stats(absl::Now());
   return stats;
 }
 
@@ -113,6 +186,54 @@ bool Engine::Healthy(absl::Duration stall) const {
   const bool has_work = counts.queued > 0 || counts.active > 0;
   return !has_work || absl::Now() - last_step_time() < stall;
 }
+
+absl::Status Engine::DeleteSession(const std::string& session_id) {
+  if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
+  return sessions_->Delete(session_id);
+}
+
+absl::StatusOr<ExportedSession> Engine::ExportSession(const std::string& session_id) {
+  if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
+  return sessions_->Export(session_id, absl::Now());
+}
+
+absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id,
+                                              std::string_view data) {
+  if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
+  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("session_id must have 1..", kMaxSessionIdBytes,
+                                                   " bytes, got ", session_id.size()));
+  }
+  const decoding::DecoderInfo& info = runner_->info();
+  absl::StatusOr<decoding::EncodedState> decoded =
+      decoding::DecodeState(data, options_.sessions.fingerprint, 2 * info.state_bytes_per_sequence);
+  if (!decoded.ok()) return decoded.status();
+  const int64_t seen = static_cast<int64_t>(decoded->tokens.size());
+  if (seen > info.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the state has seen ", seen, " tokens; the model's max_seq_len is ", info.max_seq_len));
+  }
+  if (absl::Status s = decoding::CheckTokenIds(decoded->tokens, info.vocab_size, "state tokens");
+      !s.ok()) {
+    return s;
+  }
+  // CheckSnapshot reads only the pool's shapes, fixed at construction: it
+  // may run on this thread while the engine decodes.
+  if (absl::Status s = runner_->CheckSnapshot(decoded->snapshot); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("the state does not fit model ", model_name_, ": ", s.message()));
+  }
+  const int64_t position = decoded->snapshot.position;
+  SessionState content;
+  content.state = std::make_shared<const StateSnapshot>(std::move(decoded->snapshot));
+  content.tokens = std::move(decoded->tokens);
+  if (absl::Status s = sessions_->Import(session_id, std::move(content), absl::Now()); !s.ok()) {
+    return s;
+  }
+  return position;
+}
+
+absl::Status Engine::SpillSessions() { return sessions_->SpillAll(); }
 
 void Engine::BeginDrain() { scheduler_->BeginDrain(); }
 
@@ -153,25 +274,41 @@ void Engine::FailRunning(const absl::Status& status) {
   for (const auto& s : scheduler_->running()) {
     if (!s->finished()) s->End(FinishReason::kError, status);
   }
-  for (auto& s : scheduler_->Retire()) {
-    runner_->Release(*s);
-    output_->Finish(*s);
-  }
+  for (auto& s : scheduler_->Retire()) Retire(*s);
   scheduler_->NoteIterationEnd(absl::Now());
 }
 
 void Engine::Shutdown() {
   for (auto& s : scheduler_->TakeAll()) {
-    runner_->Release(*s);
     s->End(FinishReason::kError,
            absl::UnavailableError("the server shut down before the request finished"));
-    output_->Finish(*s);
+    Retire(*s);
   }
+}
+
+void Engine::Retire(ScheduledSequence& s) {
+  if (!s.request.session_id.empty()) {
+    // The session keeps this turn when the request ended well (a stop rule,
+    // its length, or the client's cancel) after its whole prompt was fed:
+    // the state then holds every token seen but the last one emitted.
+    std::optional<SessionState> updated;
+    if (s.has_slot && !s.prefilling() && s.finish != FinishReason::kError && s.output != nullptr) {
+      const std::vector<int64_t>& seen = s.output->context;
+      absl::StatusOr<StateSnapshot> state = runner_->Snapshot(s);
+      const int64_t expected = static_cast<int64_t>(seen.size()) - (s.generated > 0 ? 1 : 0);
+      if (state.ok() && state->position == expected) {
+        updated = SessionState{std::make_shared<const StateSnapshot>(*std::move(state)), seen};
+      }
+    }
+    sessions_->End(s.request.session_id, std::move(updated), absl::Now());
+  }
+  runner_->Release(s);
+  output_->Finish(s);
 }
 
 void Engine::RunIteration() {
   IterationPlan plan = scheduler_->Schedule(absl::Now());
-  for (auto& s : plan.dropped) output_->Finish(*s);
+  for (auto& s : plan.dropped) Retire(*s);
 
   // Prompt chunks; a sequence whose prompt completes samples its first
   // token, all of them in one batch.
@@ -193,6 +330,13 @@ void Engine::RunIteration() {
       continue;
     }
     s.prompt_fed = chunk.end;
+    // A prompt from the start leaves its states in the prefix cache.
+    if (s.history.empty() && s.pending_tokens == 0 &&
+        prefix_cache_->Wants(s.request.prompt, chunk.end)) {
+      absl::StatusOr<StateSnapshot> state = runner_->Snapshot(s);
+      if (state.ok())
+        prefix_cache_->Insert(s.request.prompt, chunk.end, *std::move(state), *logits);
+    }
     if (!s.prefilling()) {
       completed.push_back(&s);
       completed_logits.push_back(*logits);
@@ -219,10 +363,7 @@ void Engine::RunIteration() {
   // Retired sequences leave the live set and the active count before their
   // readers hear of the end, so a client that saw its request finish can
   // reuse the id at once and GetModel already shows the slot free.
-  for (auto& s : scheduler_->Retire()) {
-    runner_->Release(*s);
-    output_->Finish(*s);
-  }
+  for (auto& s : scheduler_->Retire()) Retire(*s);
   if (options_.observer != nullptr && (stats.prefills > 0 || stats.batch_size > 0)) {
     options_.observer->OnStep(stats);
   }

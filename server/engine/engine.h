@@ -17,19 +17,32 @@
 // prompt, and each request samples from its own seeded generator. A model
 // error (a status, or an exception the runner caught) ends the requests of
 // the call that failed and nothing else.
+//
+// The recurrent state is reused in two ways (both need a decoder that can
+// take its state out, SequenceDecoder::Snapshot, and a decoder-only model):
+//   * the prefix-state cache (prefix_cache.h): a prompt resumes from the
+//     longest cached state of its prefix, with exactly the tokens of a cold
+//     prefill, and every prefilled prompt leaves its states there;
+//   * sessions (session_store.h): a request with a session_id continues the
+//     session's state, so only its new tokens are prefilled, and leaves the
+//     state after its last token for the next turn; sessions can be
+//     exported and imported (state_encoding.h) to move to another process.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine_observer.h"
 #include "server/engine/generation_request.h"
 #include "server/engine/request_stream.h"
+#include "server/engine/state_reuse_options.h"
 
 namespace performer::decoding {
 class SequenceDecoder;
@@ -40,6 +53,9 @@ namespace performer::server {
 
 class Tokenizer;
 class Scheduler;
+class PrefixStateCache;
+class SessionStore;
+struct ScheduledSequence;
 class ModelRunner;
 class OutputProcessor;
 
@@ -54,6 +70,9 @@ struct EngineOptions {
   // (a stuck engine, for the liveness check). 0 = never.
   int64_t stall_after_steps = 0;
   EngineObserver* observer = nullptr;  // not owned; may be null
+  // interval_tokens must be a multiple of prefill_chunk_tokens.
+  PrefixCacheOptions prefix_cache;
+  SessionOptions sessions;  // its fingerprint names the model's weights
 };
 
 struct EngineStats {
@@ -62,6 +81,8 @@ struct EngineStats {
   int64_t queued = 0;    // waiting for a slot
   int64_t steps = 0;     // decode steps run so far
   int64_t generated_tokens = 0;
+  PrefixCacheStats prefix_cache;
+  SessionStats sessions;
 };
 
 class Engine {
@@ -75,8 +96,11 @@ class Engine {
 
   // Validates the request (ValidateGenerationRequest against this model),
   // then queues it. RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
-  // when draining, ALREADY_EXISTS for a live request_id. On error nothing
-  // is written to `stream`.
+  // when draining, ALREADY_EXISTS for a live request_id; with a session_id
+  // also the session's errors (SessionStore::Begin; FAILED_PRECONDITION
+  // where sessions are off or the model cannot keep them, OUT_OF_RANGE when
+  // the session's history and the prompt pass max_seq_len). On error
+  // nothing is written to `stream`.
   absl::Status Submit(GenerationRequest request, std::shared_ptr<RequestStream> stream);
   // Validation alone (what Submit checks first).
   absl::Status Validate(const GenerationRequest& request) const;
@@ -96,6 +120,18 @@ class Engine {
   // Expected wait for a slot, for the RESOURCE_EXHAUSTED retry hint.
   absl::Duration RetryHint() const;
 
+  // Sessions (see SessionStore): NOT_FOUND for an unknown session,
+  // FAILED_PRECONDITION while a request of it runs or where sessions are
+  // off. Import checks the bytes (INVALID_ARGUMENT when corrupted or
+  // malformed, FAILED_PRECONDITION for a state of another model) and the
+  // state against the model (layout, position, token ids), and returns the
+  // session's position.
+  absl::Status DeleteSession(const std::string& session_id);
+  absl::StatusOr<ExportedSession> ExportSession(const std::string& session_id);
+  absl::StatusOr<int64_t> ImportSession(const std::string& session_id, std::string_view data);
+  // Writes every session to the spill folder (SessionStore::SpillAll).
+  absl::Status SpillSessions();
+
   // Refuse new requests (UNAVAILABLE); running and queued ones go on.
   void BeginDrain();
   bool draining() const;
@@ -110,6 +146,14 @@ class Engine {
   // Ends every running sequence with `status` and retires it.
   void FailRunning(const absl::Status& status);
   void Shutdown();
+  // Where a new sequence starts: its session's state, or the prefix cache's.
+  absl::Status PrepareResume(ScheduledSequence& sequence);
+  // A sequence leaves the engine: its session keeps its state (when the
+  // request ended well after its prompt), its slot is freed, its stream
+  // hears of the end.
+  void Retire(ScheduledSequence& sequence);
+  // Whether this engine's model can reuse states (decoder-only).
+  bool ReusesStates() const;
 
   const std::string model_name_;
   const EngineOptions options_;
@@ -117,6 +161,8 @@ class Engine {
   RequestLimits limits_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_;
+  std::unique_ptr<PrefixStateCache> prefix_cache_;
+  std::unique_ptr<SessionStore> sessions_;
   std::atomic<int64_t> steps_{0};
   std::atomic<int64_t> generated_tokens_{0};
   std::thread thread_;

@@ -56,6 +56,10 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
   if (absl::Status s = generation::ValidateSamplingParams(r.sampling, limits.vocab_size); !s.ok()) {
     return s;
   }
+  if (r.session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("session_id has ", r.session_id.size(),
+                                                   " bytes; at most ", kMaxSessionIdBytes));
+  }
   if (!r.sampling.stop_strings.empty() && !limits.has_tokenizer) {
     return absl::InvalidArgumentError(absl::StrCat("stop_strings: model ", limits.model_name,
                                                    " has no tokenizer, so it produces no text"));

@@ -17,7 +17,10 @@ using generation::FinishReason;
 using generation::FinishReasonName;
 
 struct GenerationRequest {
-  std::string request_id;       // unique among the engine's live requests
+  std::string request_id;  // unique among the engine's live requests
+  // Continues this session (engine.h); empty = none. At most
+  // kMaxSessionIdBytes bytes.
+  std::string session_id;
   std::vector<int64_t> prompt;  // decoder prompt, non-empty
   std::vector<int64_t> source;  // encoder input (encoder-decoder models only)
   // Sampling, max_new_tokens, stop tokens and strings, eos: the model's
@@ -30,6 +33,8 @@ struct GenerationRequest {
   // RESOURCE_EXHAUSTED (slow reader); 0 = unbounded (unary calls).
   int64_t max_buffered_tokens = 0;
 };
+
+inline constexpr size_t kMaxSessionIdBytes = 128;
 
 // What a request is checked against: the model and the server's limits.
 struct RequestLimits {
@@ -46,7 +51,8 @@ struct RequestLimits {
 // The one validation of a generation request: INVALID_ARGUMENT with a
 // message naming the field (prompt_tokens, source_tokens, max_new_tokens,
 // temperature, top_k, top_p, repetition_penalty, stop_token_ids,
-// stop_strings, eos_token_id) and the offending value; OK otherwise.
+// stop_strings, eos_token_id, session_id) and the offending value; OK
+// otherwise. A session's history is checked by the engine, which knows it.
 absl::Status ValidateGenerationRequest(const GenerationRequest& request,
                                        const RequestLimits& limits);
 

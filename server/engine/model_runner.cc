@@ -24,6 +24,20 @@ absl::StatusOr<torch::Tensor> ModelRunner::Prefill(const PrefillChunk& chunk) {
   if (!id.ok()) return id.status();
   s.decoder_id = *id;
   s.has_slot = true;
+  if (s.resume != nullptr) {
+    if (absl::Status restored = StatusFromException(
+            "restore", [&] { return decoder_->Restore(s.decoder_id, *s.resume->state); });
+        !restored.ok()) {
+      return restored;
+    }
+    if (!tokens.empty()) {
+      return StatusFromException("extend", [&] { return decoder_->Extend(s.decoder_id, tokens); });
+    }
+    if (!s.resume->logits.defined()) {
+      return absl::InternalError("a resume point without logits must leave a token to feed");
+    }
+    return s.resume->logits;
+  }
   decoding::PrefillRequest request;
   request.prompt = std::move(tokens);
   request.source = s.request.source;
@@ -40,6 +54,15 @@ absl::StatusOr<torch::Tensor> ModelRunner::Step(const std::vector<ScheduledSeque
     tokens.push_back(s->last_token);
   }
   return StatusFromException("decode step", [&] { return decoder_->Step(ids, tokens); });
+}
+
+absl::StatusOr<StateSnapshot> ModelRunner::Snapshot(const ScheduledSequence& s) const {
+  if (!s.has_slot) return absl::FailedPreconditionError("the sequence holds no slot");
+  return StatusFromException("snapshot", [&] { return decoder_->Snapshot(s.decoder_id); });
+}
+
+absl::Status ModelRunner::CheckSnapshot(const StateSnapshot& snapshot) const {
+  return StatusFromException("check state", [&] { return decoder_->CheckSnapshot(snapshot); });
 }
 
 void ModelRunner::Release(ScheduledSequence& s) {

@@ -18,6 +18,14 @@
 
 namespace performer::server {
 
+// A state a sequence resumes from instead of prefilling its prompt from
+// the start: a cached prefix's (with the logits after it when it covers
+// the whole prompt) or its session's.
+struct ResumePoint {
+  std::shared_ptr<const StateSnapshot> state;
+  torch::Tensor logits;  // [vocab], or undefined
+};
+
 class ModelRunner {
  public:
   explicit ModelRunner(std::unique_ptr<decoding::SequenceDecoder> decoder);
@@ -25,13 +33,19 @@ class ModelRunner {
   const decoding::DecoderInfo& info() const { return decoder_->info(); }
 
   // Feeds one prompt chunk. A first chunk takes a slot (Create) and runs
-  // Prefill with the request's source; the others Extend. Returns the
-  // logits [vocab] after the chunk's last token. On error the sequence
-  // keeps the slot it may have got until Release.
+  // Prefill with the request's source, or for a sequence with a resume
+  // point restores its state and Extends the chunk (an empty chunk returns
+  // the point's logits); the others Extend. Returns the logits [vocab]
+  // after the chunk's last token. On error the sequence keeps the slot it
+  // may have got until Release.
   absl::StatusOr<torch::Tensor> Prefill(const PrefillChunk& chunk);
   // One batched step feeding each sequence its last sampled token; logits
   // [batch.size(), vocab], rows in batch order.
   absl::StatusOr<torch::Tensor> Step(const std::vector<ScheduledSequence*>& batch);
+  // The state of the sequence's slot, copied to the host.
+  absl::StatusOr<StateSnapshot> Snapshot(const ScheduledSequence& sequence) const;
+  // Whether `snapshot` fits this model's state layout.
+  absl::Status CheckSnapshot(const StateSnapshot& snapshot) const;
   // Frees the sequence's slot, if it has one.
   void Release(ScheduledSequence& sequence);
 

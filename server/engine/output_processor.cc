@@ -34,7 +34,11 @@ void OutputProcessor::Attach(ScheduledSequence& s) const {
   if (tokenizer_ != nullptr) {
     output->text = std::make_unique<TextOutput>(*tokenizer_, s.request.sampling.stop_strings);
   }
-  output->context = s.request.prompt;
+  // Everything the model has seen before the first new token: a session's
+  // history, then the prompt (for the repetition penalty and the length
+  // limit).
+  output->context = s.history;
+  output->context.insert(output->context.end(), s.request.prompt.begin(), s.request.prompt.end());
   s.output = {output.release(), &DeleteOutput};
 }
 
@@ -134,7 +138,10 @@ void OutputProcessor::Finish(ScheduledSequence& s) const {
   StreamSummary summary;
   summary.reason = s.finish;
   summary.status = s.status;
-  summary.prompt_tokens = static_cast<int64_t>(s.request.prompt.size() + s.request.source.size());
+  // A session's carried tokens were counted by the turn that generated them.
+  summary.prompt_tokens =
+      static_cast<int64_t>(s.request.prompt.size() - s.pending_tokens + s.request.source.size());
+  summary.cached_prompt_tokens = static_cast<int64_t>(s.cached_prompt_tokens);
   summary.generated_tokens = s.generated;
   const bool admitted = s.admitted != absl::InfinitePast();
   summary.queue_seconds = Seconds((admitted ? s.admitted : end) - s.accepted);

@@ -28,6 +28,7 @@ struct StreamSummary {
   FinishReason reason = FinishReason::kNone;
   absl::Status status;  // OK, or why the request failed
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, served from the prefix cache
   int64_t generated_tokens = 0;
   double queue_seconds = 0;
   double time_to_first_token_seconds = 0;

@@ -107,15 +107,16 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   }
   while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.capacity) {
     auto it = queue_.begin();
+    const size_t begin = it->second->prompt_fed;
     const size_t end =
-        std::min(it->second->request.prompt.size(), static_cast<size_t>(chunk_tokens));
-    if (!fits(static_cast<int64_t>(end))) break;
-    budget -= static_cast<int64_t>(end);
+        std::min(it->second->request.prompt.size(), begin + static_cast<size_t>(chunk_tokens));
+    if (!fits(static_cast<int64_t>(end - begin))) break;
+    budget -= static_cast<int64_t>(end - begin);
     ++chunks;
     std::unique_ptr<ScheduledSequence> s = std::move(it->second);
     queue_.erase(it);
     s->admitted = now;
-    plan.prefills.push_back({s.get(), 0, end, /*first=*/true});
+    plan.prefills.push_back({s.get(), begin, end, /*first=*/true});
     running_.push_back(std::move(s));
   }
   return plan;

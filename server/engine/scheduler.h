@@ -12,9 +12,11 @@
 //      per iteration, so a prompt always progresses): first the next chunk
 //      of prompts already being prefilled, in admission order, then waiting
 //      requests by priority (FIFO among equals) while slots are free; their
-//      first chunk comes with the slot. Chunk boundaries depend only on the
-//      prompt, never on the budget left, so a request's tokens do not
-//      depend on what it is batched with.
+//      first chunk comes with the slot. Chunk boundaries are multiples of
+//      prefill_chunk_tokens counted from where the prompt starts (or
+//      resumes: a cached prefix ends on such a boundary), never of the
+//      budget left, so a request's tokens do not depend on what it is
+//      batched with.
 // After the prefills, DecodeBatch() is every sequence that has a sampled
 // token to feed; Retire() removes the finished ones.
 //
@@ -44,6 +46,9 @@ namespace performer::server {
 // Opaque to the scheduler: what the output stage keeps per sequence
 // (sampler, detokenizer, context); output_processor.h defines it.
 struct SequenceOutput;
+// Opaque to the scheduler: a state the sequence resumes from (a cached
+// prefix's or its session's); model_runner.h defines it.
+struct ResumePoint;
 
 // One request from submission to retirement.
 struct ScheduledSequence {
@@ -55,7 +60,17 @@ struct ScheduledSequence {
   absl::Time last_token_time = absl::InfinitePast();
   uint64_t decoder_id = 0;  // the decoder's sequence id, once it has a slot
   bool has_slot = false;
-  size_t prompt_fed = 0;    // prompt tokens the decoder has consumed
+  // Prompt tokens the decoder has consumed. A sequence that resumes from a
+  // state starts at the tokens that state covers: its first chunk restores
+  // the state and feeds the rest (nothing, when the state covers the whole
+  // prompt and carries the logits after it).
+  size_t prompt_fed = 0;
+  std::shared_ptr<const ResumePoint> resume;
+  size_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+  // A session's turn: the tokens the session fed before this request (the
+  // prompt starts with the ones it saw but did not feed yet, `pending`).
+  std::vector<int64_t> history;
+  size_t pending_tokens = 0;
   int64_t last_token = -1;  // sampled, still to be fed by the next step
   int64_t generated = 0;    // tokens emitted
   double prefill_seconds = 0;
@@ -88,7 +103,9 @@ struct SchedulerOptions {
 };
 
 // One prompt chunk to feed: tokens [begin, end) of the sequence's prompt.
-// `first` chunks are fed by a fresh slot's Prefill, the others by Extend.
+// `first` chunks are fed by a fresh slot's Prefill (or, for a sequence that
+// resumes from a state, its Restore and an Extend of the rest, possibly
+// empty), the others by Extend.
 struct PrefillChunk {
   ScheduledSequence* sequence = nullptr;
   size_t begin = 0;

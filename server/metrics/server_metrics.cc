@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,45 @@ class ServerMetrics::ModelObserver : public EngineObserver {
 };
 
 // Engine state read at scrape time, so the gauges are never stale.
+namespace {
+
+// The prefix-state cache's and the sessions' series, read from EngineStats.
+struct StateReuseMetric {
+  const char* name;
+  const char* help;
+  MetricType type;
+  int64_t (*value)(const EngineStats&);
+};
+const std::array<StateReuseMetric, 11> kStateReuseMetrics = {{
+    {"performer_prefix_cache_queries_total", "Prompts looked up in the prefix-state cache",
+     MetricType::Counter, [](const EngineStats& s) { return s.prefix_cache.queries; }},
+    {"performer_prefix_cache_hits_total", "Prompts that resumed from a cached prefix state",
+     MetricType::Counter, [](const EngineStats& s) { return s.prefix_cache.hits; }},
+    {"performer_prefix_cache_cached_tokens_total",
+     "Prompt tokens served from cached states instead of prefilled", MetricType::Counter,
+     [](const EngineStats& s) { return s.prefix_cache.cached_tokens; }},
+    {"performer_prefix_cache_evictions_total", "Prefix states evicted for the byte budget",
+     MetricType::Counter, [](const EngineStats& s) { return s.prefix_cache.evictions; }},
+    {"performer_prefix_cache_entries", "Prefix states in the cache", MetricType::Gauge,
+     [](const EngineStats& s) { return s.prefix_cache.entries; }},
+    {"performer_prefix_cache_bytes", "Host memory of the prefix-state cache", MetricType::Gauge,
+     [](const EngineStats& s) { return s.prefix_cache.bytes; }},
+    {"performer_sessions", "Sessions held in memory", MetricType::Gauge,
+     [](const EngineStats& s) { return s.sessions.sessions; }},
+    {"performer_session_bytes", "Host memory of the sessions held in memory", MetricType::Gauge,
+     [](const EngineStats& s) { return s.sessions.bytes; }},
+    {"performer_sessions_spilled", "Sessions in the spill folder", MetricType::Gauge,
+     [](const EngineStats& s) { return s.sessions.spilled_sessions; }},
+    {"performer_session_spilled_bytes", "Bytes of the sessions in the spill folder",
+     MetricType::Gauge, [](const EngineStats& s) { return s.sessions.spilled_bytes; }},
+    {"performer_sessions_dropped_total",
+     "Sessions dropped (idle past the TTL, or past the memory budget without a spill folder)",
+     MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.expired + s.sessions.evicted; }},
+}};
+
+}  // namespace
+
 class ServerMetrics::EngineCollector : public prometheus::Collectable {
  public:
   EngineCollector(const ModelRepository& repository, absl::Duration stall)
@@ -166,6 +206,9 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
         "performer_engine_healthy",
         "1 unless work waits or runs and the engine completed no step within the liveness window",
         MetricType::Gauge);
+    std::vector<MetricFamily> reuse;
+    for (const StateReuseMetric& m : kStateReuseMetrics)
+      reuse.push_back(Family(m.name, m.help, m.type));
     for (const auto& model : repository_.models()) {
       if (!model->engine) continue;
       const EngineStats stats = model->engine->Stats();
@@ -184,8 +227,14 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
                  MetricType::Gauge, labels));
       healthy.metric.push_back(
           Sample(model->engine->Healthy(stall_) ? 1.0 : 0.0, MetricType::Gauge, labels));
+      for (size_t i = 0; i < kStateReuseMetrics.size(); ++i) {
+        reuse[i].metric.push_back(Sample(static_cast<double>(kStateReuseMetrics[i].value(stats)),
+                                         kStateReuseMetrics[i].type, labels));
+      }
     }
-    return {active, free, queued, used, capacity, last_step, healthy};
+    std::vector<MetricFamily> out = {active, free, queued, used, capacity, last_step, healthy};
+    out.insert(out.end(), reuse.begin(), reuse.end());
+    return out;
   }
 
  private:

@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/decoder_factory.h"
+#include "core/decoding/state_encoding.h"
 #include "core/models/model_folder.h"
 #include "kernels/kernels_info.h"
 #include "server/engine/compute_thread.h"
@@ -41,6 +45,24 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
                                                      const RepositoryOptions& options) {
   return RunOnComputeThread([&] { return LoadOneHere(dir, options); });
+}
+
+// What a session's state is bound to: the model's name, its config.json as
+// read and its weights file's bytes.
+decoding::ModelFingerprint Fingerprint(const std::string& name, const models::LoadedModel& model) {
+  decoding::ModelFingerprint fingerprint;
+  fingerprint.model = name;
+  fingerprint.config_hash = decoding::HexDigest(decoding::Fnv1a64(model.config.dump()));
+  std::ifstream weights(fs::path(model.dir) / "weights.safetensors", std::ios::binary);
+  uint64_t hash = decoding::Fnv1a64("");
+  std::vector<char> buffer(1 << 20);
+  while (weights) {
+    weights.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    hash = decoding::Fnv1a64(std::string_view(buffer.data(), static_cast<size_t>(weights.gcount())),
+                             hash);
+  }
+  fingerprint.weights_hash = decoding::HexDigest(hash);
+  return fingerprint;
 }
 
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
@@ -100,6 +122,8 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
     hosted->vocab_size = (*decoder)->info().vocab_size;
     hosted->max_sequence_length = (*decoder)->info().max_seq_len;
     EngineOptions engine_options = options.engine;
+    engine_options.sessions.fingerprint = Fingerprint(hosted->name, *model);
+    engine_options.sessions.max_state_bytes = 2 * (*decoder)->info().state_bytes_per_sequence;
     if (options.observer_for_model)
       engine_options.observer = options.observer_for_model(hosted->name);
     hosted->engine = std::make_unique<Engine>(hosted->name, std::move(*decoder),

@@ -136,6 +136,7 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
                                         std::min(model.engine->limits().max_new_tokens, room));
   r.return_logprobs = wire.return_logprobs();
   r.priority = wire.priority();
+  r.session_id = wire.session_id();
   const auto deadline = context.deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     r.deadline = absl::FromChrono(deadline);
@@ -169,6 +170,8 @@ void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
   response->set_finish_reason(ToWire(summary.reason));
   response->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(summary.prompt_tokens));
   response->mutable_usage()->set_generated_tokens(static_cast<int32_t>(summary.generated_tokens));
+  response->mutable_usage()->set_cached_prompt_tokens(
+      static_cast<int32_t>(summary.cached_prompt_tokens));
   response->mutable_timings()->set_queue_seconds(summary.queue_seconds);
   response->mutable_timings()->set_time_to_first_token_seconds(summary.time_to_first_token_seconds);
   response->mutable_timings()->set_total_seconds(summary.total_seconds);
@@ -448,6 +451,18 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, RpcScope&
   return reactor;
 }
 
+// The generating model a session RPC names: NOT_FOUND / FAILED_PRECONDITION
+// as for generation, and the session_id checked.
+absl::StatusOr<HostedModel*> SessionModel(ModelRepository& repository, const std::string& model,
+                                          const std::string& session_id) {
+  if (session_id.empty()) return absl::InvalidArgumentError("session_id: empty");
+  if (session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id has ", session_id.size(), " bytes; at most ", kMaxSessionIdBytes));
+  }
+  return GeneratingModel(repository, model);
+}
+
 }  // namespace
 
 GenerationService::GenerationService(ModelRepository& repository, ServiceOptions options)
@@ -610,6 +625,55 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
                                 call->Answer(ToGrpc(embedding.status()));
                               });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::DeleteSession(
+    grpc::CallbackServerContext* context, const v1::DeleteSessionRequest* request,
+    v1::DeleteSessionResponse* /*response*/) {
+  RpcScope scope(options_.observers, "DeleteSession", context);
+  absl::StatusOr<HostedModel*> model =
+      SessionModel(repository_, request->model(), request->session_id());
+  if (!model.ok()) return Answer(context, scope, ToGrpc(model.status()));
+  scope.record().model = (*model)->name;
+  return Answer(context, scope, ToGrpc((*model)->engine->DeleteSession(request->session_id())));
+}
+
+grpc::ServerUnaryReactor* GenerationService::ExportSession(grpc::CallbackServerContext* context,
+                                                           const v1::ExportSessionRequest* request,
+                                                           v1::SessionState* response) {
+  RpcScope scope(options_.observers, "ExportSession", context);
+  absl::StatusOr<HostedModel*> model =
+      SessionModel(repository_, request->model(), request->session_id());
+  if (!model.ok()) return Answer(context, scope, ToGrpc(model.status()));
+  scope.record().model = (*model)->name;
+  absl::StatusOr<ExportedSession> exported = (*model)->engine->ExportSession(request->session_id());
+  if (!exported.ok()) return Answer(context, scope, ToGrpc(exported.status()));
+  response->set_model((*model)->name);
+  response->set_session_id(request->session_id());
+  response->set_position(exported->position);
+  response->set_tokens(exported->tokens);
+  response->set_data(std::move(exported->data));
+  return Answer(context, scope, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerContext* context,
+                                                           const v1::ImportSessionRequest* request,
+                                                           v1::ImportSessionResponse* response) {
+  RpcScope scope(options_.observers, "ImportSession", context);
+  if (draining_.load()) {
+    return Answer(context, scope,
+                  grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "the server is shutting down and accepts no new sessions"));
+  }
+  absl::StatusOr<HostedModel*> model =
+      SessionModel(repository_, request->model(), request->session_id());
+  if (!model.ok()) return Answer(context, scope, ToGrpc(model.status()));
+  scope.record().model = (*model)->name;
+  absl::StatusOr<int64_t> position =
+      (*model)->engine->ImportSession(request->session_id(), request->data());
+  if (!position.ok()) return Answer(context, scope, ToGrpc(position.status()));
+  response->set_position(*position);
+  return Answer(context, scope, grpc::Status::OK);
 }
 
 }  // namespace performer::server

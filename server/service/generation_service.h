@@ -43,6 +43,15 @@ class GenerationService final : public performer::v1::Generation::CallbackServic
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
                                   const v1::EmbedRequest* request,
                                   v1::EmbedResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
+                                          const v1::DeleteSessionRequest* request,
+                                          v1::DeleteSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ExportSession(grpc::CallbackServerContext* context,
+                                          const v1::ExportSessionRequest* request,
+                                          v1::SessionState* response) override;
+  grpc::ServerUnaryReactor* ImportSession(grpc::CallbackServerContext* context,
+                                          const v1::ImportSessionRequest* request,
+                                          v1::ImportSessionResponse* response) override;
 
  private:
   ModelRepository& repository_;

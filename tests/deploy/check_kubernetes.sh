@@ -827,16 +827,19 @@ def check_objects(label, objects, image):
             errors.append(f"--model_repository={repository}: neither the image's copy of models/ "
                           f"({image['model_copies']}) nor a mounted volume")
         models, weights = [None], 0  # unknown: at least one model
-    state = int(value("state_memory_bytes"))
+    # Per model: the state pool, the prefix-state cache and the idle sessions.
+    state = (int(value("state_memory_bytes")) + int(value("prefix_cache_bytes")) +
+             int(value("session_bytes")))
     limit = resources.get("limits", {}).get("memory")
     needed_bytes = len(models) * state + weights + MEMORY_HEADROOM
     if limit is not None and quantity(limit) < needed_bytes:
         errors.append(f"limits.memory {limit} = {quantity(limit) / 2**20:.0f} MiB < {len(models)} "
-                      f"model(s) x --state_memory_bytes {state / 2**20:.0f} MiB + weights "
+                      f"model(s) x (--state_memory_bytes + --prefix_cache_bytes + "
+                      f"--session_bytes) {state / 2**20:.0f} MiB + weights "
                       f"{weights / 2**20:.0f} MiB + {MEMORY_HEADROOM >> 20} MiB headroom")
-    check(errors, f"{label}: resources, memory limit vs state pools",
+    check(errors, f"{label}: resources, memory limit vs state pools, prefix cache and sessions",
           f"limit {limit} >= {needed_bytes / 2**20:.0f} MiB for {len(models)} model(s) at "
-          f"--state_memory_bytes={state}")
+          f"{state} state bytes each")
 
     # Security context (pod level, or container level overriding it).
     pod_security = spec.get("securityContext", {})

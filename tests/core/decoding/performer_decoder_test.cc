@@ -393,8 +393,9 @@ TEST(PerformerLMExtendTest, WithoutAHostStartReadsThePositionFromTheState) {
   c10::InferenceMode guard;
   const torch::Tensor prompt = torch::tensor({{3, 1, 4, 1, 5, 9, 2}}, torch::kLong);
   const torch::Tensor chunk = torch::tensor({6, 5, 3}, torch::kLong);
-  models::DecodeState given = lm->AllocateState(1), read = lm->AllocateState(1);
-  for (models::DecodeState* state : {&given, &read}) {
+  StatePool pool = lm->AllocateState(2);
+  const std::vector<SlotRows> given = pool.Rows(0, 1, 10), read = pool.Rows(1, 1, 10);
+  for (const std::vector<SlotRows>* state : {&given, &read}) {
     models::LMForwardOptions options;
     options.capture = state;
     (void)lm->forward(prompt, options);
@@ -405,7 +406,7 @@ TEST(PerformerLMExtendTest, WithoutAHostStartReadsThePositionFromTheState) {
   // Both equal the full forward's logits at the chunk's last position.
   const torch::Tensor full = lm->forward(torch::cat({prompt, chunk.unsqueeze(0)}, 1));
   EXPECT_TENSOR_CLOSE(a, full[0][9], 1e-5, 1e-4);
-  EXPECT_EQ(read.positions[0].item<int64_t>(), 10);
+  EXPECT_EQ(read.front().positions[0].item<int64_t>(), 10);
 }
 
 // The decoder prepares tables the model's own forward also reads; a caller
@@ -509,6 +510,61 @@ TEST(PerformerDecoderTest, NoCudaGraphsOnTheCpu) {
   auto decoder = *PerformerDecoder::Create(RandomLM(TinyLMConfig()), 2);
   EXPECT_FALSE(decoder->info().cuda_graphs);
   EXPECT_TRUE(decoder->cuda_graphs_status().ok());
+}
+
+// A snapshot restored into another sequence (another slot, after the pool
+// moved rows around) continues bit for bit as the original: local heads'
+// rings, token shift and the softmax kernel's running maximum included.
+TEST(PerformerDecoderTest, ARestoredSnapshotContinuesExactly) {
+  PerformerLMConfig config = TinyLMConfig();
+  config.local_attn_heads = {1};
+  config.local_window_size = 4;
+  config.shift_tokens = true;
+  auto decoder = *PerformerDecoder::Create(RandomLM(config), 4);
+  const SequenceId other = *decoder->Create();
+  ASSERT_TRUE(decoder->Prefill(other, {{2, 2}, {}, {}}).ok());
+  const SequenceId original = *decoder->Create();
+  ASSERT_TRUE(decoder->Prefill(original, {{3, 1, 4, 1, 5, 9, 2}, {}, {}}).ok());
+  ASSERT_TRUE(decoder->Step({original}, {6}).ok());
+  absl::StatusOr<StateSnapshot> snapshot = decoder->Snapshot(original);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->position, 8);
+  EXPECT_EQ(snapshot->bytes(), decoder->info().state_bytes_per_sequence);
+  ASSERT_TRUE(decoder->Release(other).ok());  // the original moves to slot 0
+  const SequenceId copy = *decoder->Create();
+  ASSERT_TRUE(decoder->CheckSnapshot(*snapshot).ok());
+  ASSERT_TRUE(decoder->Restore(copy, *snapshot).ok());
+  EXPECT_EQ(*decoder->Position(copy), 8);
+  for (int64_t token : {5, 3, 5, 8, 9, 7}) {
+    absl::StatusOr<torch::Tensor> both = decoder->Step({original, copy}, {token, token});
+    ASSERT_TRUE(both.ok()) << both.status();
+    EXPECT_TRUE(torch::equal((*both)[0], (*both)[1])) << "token " << token;
+  }
+  absl::StatusOr<torch::Tensor> a = decoder->Extend(original, {1, 2, 3});
+  absl::StatusOr<torch::Tensor> b = decoder->Extend(copy, {1, 2, 3});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(torch::equal(*a, *b));
+}
+
+TEST(PerformerDecoderTest, SnapshotAndRestoreCheckTheirArguments) {
+  auto decoder = *PerformerDecoder::Create(RandomLM(TinyLMConfig()), 2);
+  const SequenceId fresh = *decoder->Create();
+  EXPECT_EQ(decoder->Snapshot(fresh).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(decoder->Snapshot(999).status().code(), absl::StatusCode::kNotFound);
+  const SequenceId done = *decoder->Create();
+  ASSERT_TRUE(decoder->Prefill(done, {{1, 2, 3}, {}, {}}).ok());
+  StateSnapshot snapshot = *decoder->Snapshot(done);
+  EXPECT_EQ(decoder->Restore(done, snapshot).code(), absl::StatusCode::kFailedPrecondition);
+  StateSnapshot far = snapshot;
+  far.position = decoder->info().max_seq_len + 1;
+  EXPECT_EQ(decoder->Restore(fresh, far).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(decoder->CheckSnapshot(far).code(), absl::StatusCode::kOutOfRange);
+  StateSnapshot reshaped = snapshot;
+  reshaped.layers.front().front() = torch::zeros({1});
+  EXPECT_EQ(decoder->Restore(fresh, reshaped).code(), absl::StatusCode::kInvalidArgument);
+  // A refused restore leaves the sequence new: a good one still goes in.
+  EXPECT_TRUE(decoder->Restore(fresh, snapshot).ok());
+  EXPECT_EQ(*decoder->Position(fresh), 3);
 }
 
 }  // namespace

@@ -141,12 +141,12 @@ TEST(FastAttentionTest, WithoutGradientsTheFeatureMapsAreTheFusedKernels) {
               1e-12, "softmax query features");
 }
 
-SelfAttentionState EmptyState(const FastAttention& attention) {
+std::vector<torch::Tensor> EmptyState(const FastAttention& attention) {
   const int64_t m = attention->feature_dim();
-  SelfAttentionState state;
-  state.kv = torch::zeros({kBatch, kHeads, m, kDim + 1}, torch::kDouble);
-  state.key_max = torch::zeros({kBatch, kHeads}, torch::kDouble);
-  state.v_sum = torch::zeros({kBatch, kHeads, kDim + 1}, torch::kDouble);
+  std::vector<torch::Tensor> state(3);
+  state[kStateKv] = torch::zeros({kBatch, kHeads, m, kDim + 1}, torch::kDouble);
+  state[kStateKeyMax] = torch::zeros({kBatch, kHeads}, torch::kDouble);
+  state[kStateValueSum] = torch::zeros({kBatch, kHeads, kDim + 1}, torch::kDouble);
   return state;
 }
 
@@ -159,19 +159,20 @@ TEST(FastAttentionTest, CausalForwardCapturesTheDecodeState) {
     if (!variant.causal) continue;
     FastAttention attention = MakeAttention(variant);
     attention->to(torch::kDouble);
-    SelfAttentionState state = EmptyState(attention);
-    torch::Tensor out = attention(in.q, in.k, in.v, &state);
+    std::vector<torch::Tensor> state = EmptyState(attention);
+    torch::Tensor out = attention(in.q, in.k, in.v, state);
     ExpectClose(out, attention(in.q, in.k, in.v), 1e-12, variant.name + " output");
     if (attention->feature_kind() == FeatureKind::kSoftmax) {
       // kv in the frame of the key stabiliser, without the ratio and 1e-4.
       SoftmaxKeyExponents keys = ComputeSoftmaxKeyExponents(in.k, attention->projection_matrix());
-      ExpectClose(state.kv, torch::matmul(keys.exponents.transpose(-1, -2), v1), 1e-12,
+      ExpectClose(state[kStateKv], torch::matmul(keys.exponents.transpose(-1, -2), v1), 1e-12,
                   variant.name + " kv");
-      EXPECT_TRUE(torch::equal(state.key_max, keys.stabiliser)) << variant.name;
-      ExpectClose(state.v_sum, v1.sum(-2), 1e-12, variant.name + " v_sum");
+      EXPECT_TRUE(torch::equal(state[kStateKeyMax], keys.stabiliser)) << variant.name;
+      ExpectClose(state[kStateValueSum], v1.sum(-2), 1e-12, variant.name + " v_sum");
     } else {
-      ExpectClose(state.kv, torch::matmul(attention->KeyFeatures(in.k).transpose(-1, -2), v1),
-                  1e-12, variant.name + " kv");
+      ExpectClose(state[kStateKv],
+                  torch::matmul(attention->KeyFeatures(in.k).transpose(-1, -2), v1), 1e-12,
+                  variant.name + " kv");
     }
   }
 }
@@ -187,9 +188,9 @@ TEST(FastAttentionTest, TheCapturedStateContinuesLikeTheFullForward) {
   // The last key is the first key scaled down: its projections stay below
   // the maximum of the prompt's.
   in.k.select(2, kLength).copy_(in.k.select(2, 0) * 0.5);
-  SelfAttentionState state = EmptyState(attention);
+  std::vector<torch::Tensor> state = EmptyState(attention);
   attention(in.q.narrow(2, 0, kLength), in.k.narrow(2, 0, kLength), in.v.narrow(2, 0, kLength),
-            &state);
+            state);
   attention->PrepareForDecoding();
   torch::Tensor qk = torch::cat({in.q.select(2, kLength), in.k.select(2, kLength)}, 1);
   torch::Tensor step = attention->Step(qk, in.v.select(2, kLength), state);
@@ -208,9 +209,9 @@ TEST(FastAttentionTest, ExtendContinuesTheStateLikeTheFullForward) {
     if (!variant.causal) continue;
     FastAttention attention = MakeAttention(variant);
     attention->to(torch::kDouble);
-    SelfAttentionState state = EmptyState(attention);
+    std::vector<torch::Tensor> state = EmptyState(attention);
     attention(in.q.narrow(2, 0, prompt), in.k.narrow(2, 0, prompt), in.v.narrow(2, 0, prompt),
-              &state);
+              state);
     int64_t done = prompt;
     for (int64_t chunk : {first, second}) {
       torch::Tensor out =
@@ -222,12 +223,12 @@ TEST(FastAttentionTest, ExtendContinuesTheStateLikeTheFullForward) {
       ExpectClose(out, full.narrow(2, done - chunk, chunk), 1e-10,
                   variant.name + " chunk ending at " + std::to_string(done));
     }
-    SelfAttentionState whole = EmptyState(attention);
-    attention(in.q, in.k, in.v, &whole);
-    ExpectClose(state.kv, whole.kv, 1e-10, variant.name + " kv");
+    std::vector<torch::Tensor> whole = EmptyState(attention);
+    attention(in.q, in.k, in.v, whole);
+    ExpectClose(state[kStateKv], whole[kStateKv], 1e-10, variant.name + " kv");
     if (attention->feature_kind() == FeatureKind::kSoftmax) {
-      EXPECT_TRUE(torch::equal(state.key_max, whole.key_max)) << variant.name;
-      ExpectClose(state.v_sum, whole.v_sum, 1e-12, variant.name + " v_sum");
+      EXPECT_TRUE(torch::equal(state[kStateKeyMax], whole[kStateKeyMax])) << variant.name;
+      ExpectClose(state[kStateValueSum], whole[kStateValueSum], 1e-12, variant.name + " v_sum");
     }
   }
 }
@@ -236,13 +237,13 @@ TEST(FastAttentionTest, CaptureNeedsInferenceAndCausality) {
   const Inputs in = MakeInputs();
   FastAttention causal = MakeAttention(Variants()[0]);
   causal->to(torch::kDouble);
-  SelfAttentionState state = EmptyState(causal);
+  std::vector<torch::Tensor> state = EmptyState(causal);
   torch::Tensor q = in.q.clone().requires_grad_(true);
-  EXPECT_THROW(causal(q, in.k, in.v, &state), c10::Error);
+  EXPECT_THROW(causal(q, in.k, in.v, state), c10::Error);
   torch::NoGradGuard no_grad;
   FastAttention non_causal = MakeAttention(Variants()[4]);
   non_causal->to(torch::kDouble);
-  EXPECT_THROW(non_causal(in.q, in.k, in.v, &state), c10::Error);
+  EXPECT_THROW(non_causal(in.q, in.k, in.v, state), c10::Error);
 }
 
 // On a GPU the same layer runs the CUDA kernels (fused feature maps, the
@@ -256,19 +257,22 @@ TEST(FastAttentionCudaTest, InferenceOnTheGpuEqualsTheCpu) {
   for (const Variant& variant : Variants()) {
     FastAttention attention = MakeAttention(variant);
     attention->to(torch::kDouble);
-    SelfAttentionState cpu_state = EmptyState(attention);
-    torch::Tensor expected = attention(in.q, in.k, in.v, variant.causal ? &cpu_state : nullptr);
+    std::vector<torch::Tensor> cpu_state = EmptyState(attention);
+    torch::Tensor expected = attention(
+        in.q, in.k, in.v, variant.causal ? torch::TensorList(cpu_state) : torch::TensorList());
     attention->to(gpu, torch::kFloat);
-    SelfAttentionState gpu_state = EmptyState(attention);
-    for (torch::Tensor* t : {&gpu_state.kv, &gpu_state.key_max, &gpu_state.v_sum}) {
+    std::vector<torch::Tensor> gpu_state = EmptyState(attention);
+    for (torch::Tensor* t :
+         {&gpu_state[kStateKv], &gpu_state[kStateKeyMax], &gpu_state[kStateValueSum]}) {
       *t = t->to(gpu, torch::kFloat);
     }
-    torch::Tensor actual =
-        attention(in.q.to(gpu, torch::kFloat), in.k.to(gpu, torch::kFloat),
-                  in.v.to(gpu, torch::kFloat), variant.causal ? &gpu_state : nullptr);
+    torch::Tensor actual = attention(
+        in.q.to(gpu, torch::kFloat), in.k.to(gpu, torch::kFloat), in.v.to(gpu, torch::kFloat),
+        variant.causal ? torch::TensorList(gpu_state) : torch::TensorList());
     ExpectClose(actual.cpu().to(torch::kDouble), expected, 1e-4, variant.name);
     if (variant.causal) {
-      ExpectClose(gpu_state.kv.cpu().to(torch::kDouble), cpu_state.kv, 1e-4, variant.name + " kv");
+      ExpectClose(gpu_state[kStateKv].cpu().to(torch::kDouble), cpu_state[kStateKv], 1e-4,
+                  variant.name + " kv");
     }
   }
 }

@@ -1,0 +1,26 @@
+// One sequence's recurrent state taken out of a slot pool
+// (core/recurrent/state_pool.h): every layer's tensors of its slot, without
+// the slot dimension, on the host, and the tokens it has consumed. A value:
+// it outlives the pool row it came from, and written into any row of a pool
+// with the same layout that row continues exactly as the original would
+// (the tensors are bit copies). Its size is the model's state bytes per
+// sequence, whatever the sequence's length: this is what a prefix cache,
+// a session and a state export keep.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace performer {
+
+struct StateSnapshot {
+  int64_t position = 0;                            // tokens consumed
+  std::vector<std::vector<torch::Tensor>> layers;  // as the pool's layers, [spec.shape...]
+
+  // Bytes of the tensors (and the position).
+  int64_t bytes() const;
+};
+
+}  // namespace performer

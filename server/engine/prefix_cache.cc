@@ -1,0 +1,110 @@
+#include "server/engine/prefix_cache.h"
+
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+#include <utility>
+
+#include "core/decoding/state_encoding.h"
+
+namespace performer::server {
+
+PrefixStateCache::PrefixStateCache(PrefixCacheOptions options) : options_(options) {}
+
+uint64_t PrefixStateCache::KeyOf(const std::vector<int64_t>& tokens, size_t length) {
+  return decoding::Fnv1a64(
+      std::string_view(reinterpret_cast<const char*>(tokens.data()), length * sizeof(int64_t)));
+}
+
+PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::vector<int64_t>& prompt,
+                                                             size_t length) {
+  auto [begin, end] = index_.equal_range(KeyOf(prompt, length));
+  for (auto it = begin; it != end; ++it) {
+    const std::vector<int64_t>& tokens = it->second->tokens;
+    if (tokens.size() == length && std::equal(tokens.begin(), tokens.end(), prompt.begin())) {
+      return it->second;
+    }
+  }
+  return lru_.end();
+}
+
+std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& prompt) {
+  if (!enabled() || prompt.empty()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.queries;
+  // The whole prompt (an end entry, which has logits), then the longest
+  // interval prefix that leaves at least one token to feed.
+  auto use = [&](Lru::iterator it) {
+    lru_.splice(lru_.begin(), lru_, it);
+    ++stats_.hits;
+    stats_.cached_tokens += static_cast<int64_t>(it->tokens.size());
+    return PrefixHit{it->tokens.size(), it->state, it->logits};
+  };
+  if (auto it = FindLocked(prompt, prompt.size()); it != lru_.end() && it->logits.defined()) {
+    return use(it);
+  }
+  const size_t interval = static_cast<size_t>(options_.interval_tokens);
+  for (size_t length = (prompt.size() - 1) / interval * interval; length > 0; length -= interval) {
+    if (auto it = FindLocked(prompt, length); it != lru_.end()) return use(it);
+  }
+  return std::nullopt;
+}
+
+bool PrefixStateCache::Wants(const std::vector<int64_t>& prompt, size_t length) {
+  if (!enabled() || length == 0 || length > prompt.size()) return false;
+  const bool end = length == prompt.size();
+  if (!end && length % static_cast<size_t>(options_.interval_tokens) != 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = FindLocked(prompt, length);
+  // An interval entry at a prompt's end still wants the logits.
+  return it == lru_.end() || (end && !it->logits.defined());
+}
+
+void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
+                              StateSnapshot state, const torch::Tensor& logits) {
+  if (!enabled() || length == 0 || length > prompt.size()) return;
+  Entry entry;
+  entry.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(length));
+  if (length == prompt.size() && logits.defined()) {
+    entry.logits = logits.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  }
+  entry.bytes = state.bytes() + static_cast<int64_t>(length * sizeof(int64_t)) +
+                (entry.logits.defined() ? entry.logits.numel() * entry.logits.element_size() : 0);
+  entry.state = std::make_shared<const StateSnapshot>(std::move(state));
+  if (entry.bytes > options_.max_bytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = FindLocked(prompt, length); it != lru_.end()) EraseLocked(it);
+  stats_.bytes += entry.bytes;
+  ++stats_.entries;
+  ++stats_.inserts;
+  lru_.push_front(std::move(entry));
+  index_.emplace(KeyOf(prompt, length), lru_.begin());
+  EvictLocked();
+}
+
+void PrefixStateCache::EraseLocked(Lru::iterator entry) {
+  auto [begin, end] = index_.equal_range(KeyOf(entry->tokens, entry->tokens.size()));
+  for (auto i = begin; i != end; ++i) {
+    if (i->second == entry) {
+      index_.erase(i);
+      break;
+    }
+  }
+  stats_.bytes -= entry->bytes;
+  --stats_.entries;
+  lru_.erase(entry);
+}
+
+void PrefixStateCache::EvictLocked() {
+  while (stats_.bytes > options_.max_bytes && !lru_.empty()) {
+    EraseLocked(std::prev(lru_.end()));
+    ++stats_.evictions;
+  }
+}
+
+PrefixCacheStats PrefixStateCache::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace performer::server

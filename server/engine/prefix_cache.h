@@ -1,0 +1,91 @@
+// The prefix-state cache: the recurrent state after a prompt prefix, kept
+// so that a later prompt with the same prefix resumes from it instead of
+// prefilling it again. A Performer sequence's whole past is one fixed-size
+// state, so an entry costs the model's state bytes whatever its length.
+//
+// Entries, keyed by their exact token prefix:
+//   * the end of every prompt, with the logits after its last token: a
+//     later identical prompt needs no prefill at all;
+//   * every `interval_tokens` inside a prompt (multiples of it).
+// Exactness: a resumed request gives the tokens a cold one gives, bit for
+// bit, because it runs the same computation from the same state. The
+// engine prefills a prompt in chunks whose boundaries are multiples of the
+// chunk size counted from the start of the sequence; an interval entry
+// sits on such a boundary (interval_tokens is a multiple of the chunk size)
+// and the chunks after it are the cold run's chunks, and an end entry is
+// used only for the identical prompt. A prompt that extends a cached one
+// therefore resumes from the longest cached interval prefix, not from the
+// other prompt's end (which a cold run passes in the middle of a chunk).
+//
+// LRU under a byte budget (states, logits and the keys' tokens); 0 turns the
+// cache off. Thread-safe.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/decoding/sequence_decoder.h"  // StateSnapshot
+#include "server/engine/state_reuse_options.h"
+
+namespace performer::server {
+
+// A cached state a prompt can resume from.
+struct PrefixHit {
+  size_t tokens = 0;  // prompt tokens it covers
+  std::shared_ptr<const StateSnapshot> state;
+  torch::Tensor logits;  // [vocab] when tokens == the whole prompt
+};
+
+class PrefixStateCache {
+ public:
+  explicit PrefixStateCache(PrefixCacheOptions options);
+  PrefixStateCache(const PrefixStateCache&) = delete;
+  PrefixStateCache& operator=(const PrefixStateCache&) = delete;
+
+  bool enabled() const { return options_.max_bytes > 0; }
+
+  // The longest usable cached prefix of `prompt` (counted as a query).
+  std::optional<PrefixHit> Lookup(const std::vector<int64_t>& prompt);
+
+  // Whether the state after prompt[0, length) should be kept: an interval
+  // boundary or the prompt's end, not cached yet.
+  bool Wants(const std::vector<int64_t>& prompt, size_t length);
+  // Keeps the state after prompt[0, length); `logits` [vocab] (the logits
+  // after the last token) are kept when length is the whole prompt.
+  // Evicts the least recently used entries to stay under the budget; an
+  // entry larger than the whole budget is not kept.
+  void Insert(const std::vector<int64_t>& prompt, size_t length, StateSnapshot state,
+              const torch::Tensor& logits);
+
+  PrefixCacheStats Stats() const;
+
+ private:
+  struct Entry {
+    std::vector<int64_t> tokens;
+    std::shared_ptr<const StateSnapshot> state;
+    torch::Tensor logits;  // defined for a prompt's end
+    int64_t bytes = 0;
+  };
+  using Lru = std::list<Entry>;
+
+  // Hash of tokens[0, length) (the key; entries compare their tokens too).
+  static uint64_t KeyOf(const std::vector<int64_t>& tokens, size_t length);
+  Lru::iterator FindLocked(const std::vector<int64_t>& prompt, size_t length);
+  void EraseLocked(Lru::iterator entry);
+  void EvictLocked();
+
+  const PrefixCacheOptions options_;
+  mutable std::mutex mu_;
+  Lru lru_;  // most recently used first
+  std::unordered_multimap<uint64_t, Lru::iterator> index_;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace performer::server

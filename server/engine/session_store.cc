@@ -1,0 +1,335 @@
+#include "server/engine/session_store.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace performer::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kSpillSuffix[] = ".pfstate";
+
+absl::Time FileTime(const fs::path& path) {
+  std::error_code error;
+  const auto written = fs::last_write_time(path, error);
+  if (error) return absl::Now();
+  const auto since = written - fs::file_time_type::clock::now();
+  return absl::Now() + absl::FromChrono(since);
+}
+
+}  // namespace
+
+int64_t SessionState::bytes() const {
+  return (state != nullptr ? state->bytes() : 0) +
+         static_cast<int64_t>(tokens.size() * sizeof(int64_t));
+}
+
+SessionStore::SessionStore(SessionOptions options) : options_(std::move(options)) {
+  if (options_.spill_dir.empty()) return;
+  // Sessions a previous process (or another replica) left in the folder.
+  std::error_code error;
+  const fs::path folder = fs::path(options_.spill_dir) / options_.fingerprint.model;
+  fs::create_directories(folder, error);
+  for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (!absl::EndsWith(name, kSpillSuffix)) continue;
+    const std::string hex = name.substr(0, name.size() - std::strlen(kSpillSuffix));
+    const std::string id = absl::HexStringToBytes(hex);
+    if (absl::BytesToHexString(id) != hex) continue;  // not one of ours
+    std::error_code size_error;
+    const int64_t size = static_cast<int64_t>(fs::file_size(it->path(), size_error));
+    if (size_error) continue;
+    spilled_[id] = {size, FileTime(it->path())};
+    ++stats_.spilled_sessions;
+    stats_.spilled_bytes += size;
+  }
+}
+
+std::string SessionStore::PathOf(const std::string& id) const {
+  return (fs::path(options_.spill_dir) / options_.fingerprint.model /
+          (absl::BytesToHexString(id) + kSpillSuffix))
+      .string();
+}
+
+void SessionStore::AddBytesLocked(const Record& record, int64_t sign) {
+  stats_.sessions += sign;
+  stats_.bytes += sign * record.content.bytes();
+}
+
+void SessionStore::Touch(Lru::iterator record, absl::Time now) {
+  record->last_used = now;
+  lru_.splice(lru_.begin(), lru_, record);
+}
+
+void SessionStore::ForgetLocked(const std::string& id) {
+  if (dropped_.insert(id).second) dropped_order_.push_back(id);
+  while (dropped_order_.size() > options_.remembered_ids) {
+    dropped_.erase(dropped_order_.front());
+    dropped_order_.pop_front();
+  }
+}
+
+absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::string& id) {
+  if (auto it = index_.find(id); it != index_.end()) return it->second;
+  auto spilled = spilled_.find(id);
+  if (spilled == spilled_.end()) return lru_.end();
+  // Back from the folder. The file is removed once it is taken, so that two
+  // replicas sharing the folder do not both continue the session; one that
+  // cannot be taken (another model's, corrupted) stays where it is.
+  const std::string path = PathOf(id);
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad() || !in.is_open()) {
+    return absl::InternalError(absl::StrCat("session ", id, ": cannot read ", path));
+  }
+  absl::StatusOr<decoding::EncodedState> decoded =
+      decoding::DecodeState(bytes, options_.fingerprint, options_.max_state_bytes);
+  if (!decoded.ok()) {
+    return absl::Status(decoded.status().code(), absl::StrCat("session ", id, " in ", path, ": ",
+                                                              decoded.status().message()));
+  }
+  stats_.spilled_bytes -= spilled->second.first;
+  --stats_.spilled_sessions;
+  const absl::Time last_used = spilled->second.second;
+  spilled_.erase(spilled);
+  std::error_code ignored;
+  fs::remove(path, ignored);
+  Record record;
+  record.id = id;
+  record.content.state = std::make_shared<const StateSnapshot>(std::move(decoded->snapshot));
+  record.content.tokens = std::move(decoded->tokens);
+  record.last_used = last_used;
+  lru_.push_front(std::move(record));
+  index_[id] = lru_.begin();
+  AddBytesLocked(lru_.front(), +1);
+  return lru_.begin();
+}
+
+void SessionStore::ExpireLocked(absl::Time now) {
+  const absl::Time cutoff = now - options_.ttl;
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->busy || it->last_used > cutoff) {
+      ++it;
+      continue;
+    }
+    AddBytesLocked(*it, -1);
+    ForgetLocked(it->id);
+    ++stats_.expired;
+    index_.erase(it->id);
+    it = lru_.erase(it);
+  }
+  std::vector<std::string> idle;
+  for (const auto& [id, file] : spilled_) {
+    if (file.second <= cutoff) idle.push_back(id);
+  }
+  for (const std::string& id : idle) {
+    DropSpilledLocked(id);
+    ++stats_.expired;
+    ForgetLocked(id);
+  }
+}
+
+bool SessionStore::DropSpilledLocked(const std::string& id) {
+  auto spilled = spilled_.find(id);
+  if (spilled == spilled_.end()) return false;
+  std::error_code ignored;
+  fs::remove(PathOf(id), ignored);
+  stats_.spilled_bytes -= spilled->second.first;
+  --stats_.spilled_sessions;
+  spilled_.erase(spilled);
+  return true;
+}
+
+absl::Status SessionStore::WriteLocked(const Record& record) {
+  absl::StatusOr<std::string> bytes =
+      decoding::EncodeState(options_.fingerprint, {*record.content.state, record.content.tokens});
+  if (!bytes.ok()) return bytes.status();
+  const std::string path = PathOf(record.id);
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    if (!out.good()) {
+      return absl::InternalError(absl::StrCat("cannot write session file ", temporary));
+    }
+  }
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error)
+    return absl::InternalError(absl::StrCat("cannot rename ", temporary, ": ", error.message()));
+  spilled_[record.id] = {static_cast<int64_t>(bytes->size()), record.last_used};
+  ++stats_.spilled_sessions;
+  stats_.spilled_bytes += static_cast<int64_t>(bytes->size());
+  return absl::OkStatus();
+}
+
+void SessionStore::BalanceLocked() {
+  while (stats_.bytes > options_.max_bytes) {
+    // Least recently used first, skipping sessions with a request running.
+    auto victim = lru_.end();
+    for (auto r = lru_.rbegin(); r != lru_.rend(); ++r) {
+      if (!r->busy && r->content.state != nullptr) {
+        victim = std::prev(r.base());
+        break;
+      }
+    }
+    if (victim == lru_.end()) return;
+    const bool spilled = !options_.spill_dir.empty() && WriteLocked(*victim).ok();
+    if (!spilled) {
+      ForgetLocked(victim->id);
+      ++stats_.evicted;
+    }
+    AddBytesLocked(*victim, -1);
+    index_.erase(victim->id);
+    lru_.erase(victim);
+  }
+}
+
+absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked(now);
+  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  if (!found.ok()) return found.status();
+  Lru::iterator record = *found;
+  if (record == lru_.end()) {
+    if (dropped_.count(id) > 0) {
+      return absl::NotFoundError(
+          absl::StrCat("session ", id,
+                       " expired or was dropped to stay within the session memory; start a "
+                       "new session (or import its exported state)"));
+    }
+    Record fresh;
+    fresh.id = id;
+    lru_.push_front(std::move(fresh));
+    record = lru_.begin();
+    index_[id] = record;
+    AddBytesLocked(*record, +1);
+  }
+  if (record->busy) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", id, " has a request running; its turns run one at a time"));
+  }
+  record->busy = true;
+  Touch(record, now);
+  return record->content;
+}
+
+void SessionStore::End(const std::string& id, std::optional<SessionState> updated, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(id);
+  if (it == index_.end()) return;
+  Lru::iterator record = it->second;
+  record->busy = false;
+  if (updated.has_value()) {
+    AddBytesLocked(*record, -1);
+    record->content = std::move(*updated);
+    AddBytesLocked(*record, +1);
+  } else if (record->content.state == nullptr) {
+    AddBytesLocked(*record, -1);
+    index_.erase(it);
+    lru_.erase(record);
+    return;
+  }
+  Touch(record, now);
+  BalanceLocked();
+}
+
+absl::Status SessionStore::Delete(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (DropSpilledLocked(id)) return absl::OkStatus();
+  auto it = index_.find(id);
+  if (it == index_.end() || it->second->content.state == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no session ", id));
+  }
+  if (it->second->busy) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", id, " has a request running; delete it when it ends"));
+  }
+  AddBytesLocked(*it->second, -1);
+  lru_.erase(it->second);
+  index_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked(now);
+  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  if (!found.ok()) return found.status();
+  if (*found == lru_.end() || (*found)->content.state == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no session ", id));
+  }
+  Touch(*found, now);
+  const SessionState& content = (*found)->content;
+  absl::StatusOr<std::string> data =
+      decoding::EncodeState(options_.fingerprint, {*content.state, content.tokens});
+  if (!data.ok()) return data.status();
+  return ExportedSession{*std::move(data), content.state->position,
+                         static_cast<int64_t>(content.tokens.size())};
+}
+
+absl::Status SessionStore::Import(const std::string& id, SessionState content, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A spilled file that cannot be read back is replaced as well.
+  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  Lru::iterator record = found.ok() ? *found : lru_.end();
+  DropSpilledLocked(id);
+  if (record != lru_.end() && record->busy) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", id, " has a request running; import when it ends"));
+  }
+  if (record == lru_.end()) {
+    Record fresh;
+    fresh.id = id;
+    lru_.push_front(std::move(fresh));
+    record = lru_.begin();
+    index_[id] = record;
+  } else {
+    AddBytesLocked(*record, -1);
+  }
+  dropped_.erase(id);
+  record->content = std::move(content);
+  AddBytesLocked(*record, +1);
+  Touch(record, now);
+  BalanceLocked();
+  return absl::OkStatus();
+}
+
+absl::Status SessionStore::SpillAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.spill_dir.empty()) return absl::OkStatus();
+  absl::Status result;
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->content.state == nullptr) {
+      ++it;
+      continue;
+    }
+    if (absl::Status s = WriteLocked(*it); !s.ok()) {
+      result.Update(s);
+      ++it;
+      continue;
+    }
+    AddBytesLocked(*it, -1);
+    index_.erase(it->id);
+    it = lru_.erase(it);
+  }
+  return result;
+}
+
+SessionStats SessionStore::Stats(absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked(now);
+  return stats_;
+}
+
+}  // namespace performer::server

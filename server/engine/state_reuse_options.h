@@ -1,0 +1,56 @@
+// The settings and counters of the two ways an engine reuses recurrent
+// states: the prefix-state cache (prefix_cache.h) and sessions
+// (session_store.h). Plain values, so that the engine's header needs
+// neither.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "core/decoding/model_fingerprint.h"
+
+namespace performer::server {
+
+struct PrefixCacheOptions {
+  int64_t max_bytes = 0;          // 0: off
+  int64_t interval_tokens = 512;  // a multiple of the engine's prefill chunk
+};
+
+struct PrefixCacheStats {
+  int64_t queries = 0;        // lookups (requests that could use the cache)
+  int64_t hits = 0;           // lookups that found a prefix
+  int64_t cached_tokens = 0;  // prompt tokens served from cached states
+  int64_t inserts = 0;
+  int64_t evictions = 0;
+  int64_t entries = 0;
+  int64_t bytes = 0;
+};
+
+struct SessionOptions {
+  int64_t max_bytes = int64_t{256} << 20;  // in host memory; 0: sessions off
+  absl::Duration ttl = absl::Hours(1);
+  std::string spill_dir;  // "" = no disk tier; sessions go in spill_dir/<model>/
+  decoding::ModelFingerprint fingerprint;
+  int64_t max_state_bytes = int64_t{1} << 30;  // bound when reading a spilled file
+  size_t remembered_ids = 10000;               // dropped ids that answer NOT_FOUND
+};
+
+struct SessionStats {
+  int64_t sessions = 0;  // in memory
+  int64_t bytes = 0;     // in memory
+  int64_t spilled_sessions = 0;
+  int64_t spilled_bytes = 0;
+  int64_t expired = 0;  // dropped for their TTL
+  int64_t evicted = 0;  // dropped for the memory budget (no spill folder)
+};
+
+// A session's state as bytes (core/decoding/state_encoding.h).
+struct ExportedSession {
+  std::string data;
+  int64_t position = 0;  // tokens the state has fed
+  int64_t tokens = 0;    // tokens the session has seen
+};
+
+}  // namespace performer::server

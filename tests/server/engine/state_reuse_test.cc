@@ -1,0 +1,272 @@
+// The engine reusing recurrent states, on the repository's default model
+// (models/performer-fortunes: local heads, so the rings are part of every
+// state): a prompt resumed from the prefix cache gives the tokens of a cold
+// prefill bit for bit (repeated, extended, greedy and sampled); a session's
+// turns give the tokens of one request with the whole history; an exported
+// session imported elsewhere continues as the original; bad imports are
+// refused and the engine serves on.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/decoding/performer_decoder.h"
+#include "core/models/model_folder.h"
+#include "server/engine/engine.h"
+#include "tests/server/engine/stream_collector.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/remove_tree.h"
+
+namespace performer::server {
+namespace {
+
+constexpr int64_t kChunk = 16;
+
+class StateReuseTest : public ::testing::Test {
+ protected:
+  static std::unique_ptr<Engine> MakeEngine(EngineOptions options, int64_t capacity = 4,
+                                            decoding::ModelFingerprint fingerprint = {
+                                                "performer-fortunes", "config", "weights"}) {
+    auto model = models::LoadModelFolder(testing::RepositoryModelsRoot() + "/performer-fortunes");
+    EXPECT_TRUE(model.ok()) << model.status();
+    auto decoder = decoding::PerformerDecoder::Create(*model, capacity);
+    EXPECT_TRUE(decoder.ok()) << decoder.status();
+    options.prefill_chunk_tokens = kChunk;
+    options.prefix_cache.interval_tokens = kChunk;
+    options.sessions.fingerprint = std::move(fingerprint);
+    return std::make_unique<Engine>("performer-fortunes", std::move(*decoder), nullptr, options);
+  }
+
+  static EngineOptions CacheOn() {
+    EngineOptions o;
+    o.prefix_cache.max_bytes = 64 << 20;
+    return o;
+  }
+  static EngineOptions CacheOff() {
+    EngineOptions o;
+    o.prefix_cache.max_bytes = 0;
+    return o;
+  }
+
+  // The bytes of `text` as tokens (the model's byte tokenizer).
+  static std::vector<int64_t> Bytes(const std::string& text) {
+    return std::vector<int64_t>(text.begin(), text.end());
+  }
+
+  static std::vector<int64_t> LongPrompt(size_t length) {
+    const std::string text =
+        "Q: What is the difference between a duck? A: One of its legs is both the same. ";
+    std::vector<int64_t> out;
+    while (out.size() < length)
+      out.push_back(static_cast<unsigned char>(text[out.size() % text.size()]));
+    return out;
+  }
+
+  static GenerationRequest Request(std::string id, std::vector<int64_t> prompt, int64_t max_new,
+                                   bool sampled = false) {
+    GenerationRequest r;
+    r.request_id = std::move(id);
+    r.prompt = std::move(prompt);
+    if (sampled) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_k = 40;
+      r.sampling.seed = 1234;
+    } else {
+      r.sampling = generation::SamplingParams::Greedy();
+    }
+    r.sampling.max_new_tokens = max_new;
+    return r;
+  }
+
+  static std::vector<int64_t> Tokens(const Collected& c) {
+    return std::vector<int64_t>(c.tokens.begin(), c.tokens.end());
+  }
+};
+
+TEST_F(StateReuseTest, ARepeatedPromptResumesFromItsEndWithTheColdTokens) {
+  std::unique_ptr<Engine> cold = MakeEngine(CacheOff());
+  std::unique_ptr<Engine> cached = MakeEngine(CacheOn());
+  const std::vector<int64_t> prompt = LongPrompt(70);  // chunks end at 16, 32, 48, 64, 70
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    const Collected expected = RunToEnd(*cold, Request("c", prompt, 24, sampled));
+    const Collected first = RunToEnd(*cached, Request("a", prompt, 24, sampled));
+    const Collected second = RunToEnd(*cached, Request("b", prompt, 24, sampled));
+    EXPECT_EQ(Tokens(first), Tokens(expected));
+    EXPECT_EQ(Tokens(second), Tokens(expected));
+    EXPECT_EQ(second.summary.cached_prompt_tokens, 70);
+    EXPECT_EQ(second.summary.prompt_tokens, 70);
+  }
+  const PrefixCacheStats stats = cached->Stats().prefix_cache;
+  EXPECT_EQ(stats.entries, 5);  // 16, 32, 48, 64 and the end
+  EXPECT_GE(stats.hits, 2);
+  EXPECT_EQ(cold->Stats().prefix_cache.queries, 0);
+}
+
+TEST_F(StateReuseTest, AnExtendedPromptResumesFromTheLastChunkBoundary) {
+  std::unique_ptr<Engine> cold = MakeEngine(CacheOff());
+  std::unique_ptr<Engine> cached = MakeEngine(CacheOn());
+  const std::vector<int64_t> base = LongPrompt(70);
+  (void)RunToEnd(*cached, Request("base", base, 4));
+  for (size_t extra : {1u, 9u, 30u}) {
+    std::vector<int64_t> prompt = LongPrompt(70 + extra);
+    prompt.back() = 'Z';  // not the base's continuation
+    const Collected expected = RunToEnd(*cold, Request("c", prompt, 20, true));
+    const Collected got = RunToEnd(*cached, Request("x", prompt, 20, true));
+    EXPECT_EQ(Tokens(got), Tokens(expected)) << extra;
+    // 64 from the base (its states at 16..64), or the extended prompt's own
+    // chunk boundaries once it passes 80.
+    EXPECT_EQ(got.summary.cached_prompt_tokens, 64) << extra;
+  }
+}
+
+TEST_F(StateReuseTest, TwoTurnsOfASessionEqualTheWholeHistoryAtOnce) {
+  std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
+  const std::vector<int64_t> turn1 = Bytes("Q: Why did the chicken cross the road?\nA:");
+  const std::vector<int64_t> turn2 = Bytes("\nQ: And then what?\nA:");
+  GenerationRequest first = Request("t1", turn1, 30);
+  first.session_id = "chat";
+  const Collected one = RunToEnd(*engine, first);
+  ASSERT_TRUE(one.summary.status.ok()) << one.summary.status;
+  GenerationRequest second = Request("t2", turn2, 30);
+  second.session_id = "chat";
+  const Collected two = RunToEnd(*engine, second);
+  ASSERT_TRUE(two.summary.status.ok()) << two.summary.status;
+  EXPECT_EQ(two.summary.prompt_tokens, static_cast<int64_t>(turn2.size()));
+
+  std::vector<int64_t> history = turn1;
+  history.insert(history.end(), one.tokens.begin(), one.tokens.end());
+  history.insert(history.end(), turn2.begin(), turn2.end());
+  const Collected whole = RunToEnd(*engine, Request("w", history, 30));
+  EXPECT_EQ(Tokens(two), Tokens(whole));
+  const SessionStats stats = engine->Stats().sessions;
+  EXPECT_EQ(stats.sessions, 1);
+  EXPECT_GT(stats.bytes, engine->info().state_bytes_per_sequence);
+}
+
+TEST_F(StateReuseTest, ExportDeleteImportContinuesAsTheUninterruptedSession) {
+  std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
+  const std::vector<int64_t> turn1 = Bytes("Knock knock.\n");
+  const std::vector<int64_t> turn2 = Bytes("Who's there?\n");
+  for (const char* id : {"kept", "moved"}) {
+    GenerationRequest r = Request(std::string(id) + "-1", turn1, 12);
+    r.session_id = id;
+    ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
+  }
+  absl::StatusOr<ExportedSession> exported = engine->ExportSession("moved");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->tokens, static_cast<int64_t>(turn1.size()) + 12);
+  EXPECT_EQ(exported->position, exported->tokens - 1);
+  ASSERT_TRUE(engine->DeleteSession("moved").ok());
+  EXPECT_EQ(engine->DeleteSession("moved").code(), absl::StatusCode::kNotFound);
+
+  // Imported into another engine of the same model, it continues exactly.
+  std::unique_ptr<Engine> other = MakeEngine(CacheOff());
+  absl::StatusOr<int64_t> position = other->ImportSession("moved", exported->data);
+  ASSERT_TRUE(position.ok()) << position.status();
+  EXPECT_EQ(*position, exported->position);
+  GenerationRequest kept = Request("kept-2", turn2, 16, true);
+  kept.session_id = "kept";
+  GenerationRequest moved = Request("moved-2", turn2, 16, true);
+  moved.session_id = "moved";
+  EXPECT_EQ(Tokens(RunToEnd(*other, moved)), Tokens(RunToEnd(*engine, kept)));
+}
+
+TEST_F(StateReuseTest, BadImportsAreRefusedAndTheEngineServesOn) {
+  std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
+  GenerationRequest r = Request("t", Bytes("Hello"), 5);
+  r.session_id = "s";
+  ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
+  const std::string data = engine->ExportSession("s")->data;
+
+  std::string corrupted = data;
+  corrupted[corrupted.size() / 2] ^= 1;
+  EXPECT_EQ(engine->ImportSession("x", corrupted).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->ImportSession("x", data.substr(0, data.size() - 3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->ImportSession("x", "not a state").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->ImportSession("", data).status().code(), absl::StatusCode::kInvalidArgument);
+  std::unique_ptr<Engine> retrained =
+      MakeEngine(CacheOff(), 2, {"performer-fortunes", "config", "other weights"});
+  const absl::Status other_model = retrained->ImportSession("x", data).status();
+  EXPECT_EQ(other_model.code(), absl::StatusCode::kFailedPrecondition) << other_model;
+
+  // Still serving, and the session is intact.
+  GenerationRequest next = Request("t2", Bytes(" world"), 5);
+  next.session_id = "s";
+  EXPECT_TRUE(RunToEnd(*engine, next).summary.status.ok());
+  EXPECT_EQ(engine->ExportSession("x").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StateReuseTest, SessionErrors) {
+  EngineOptions off = CacheOff();
+  off.sessions.max_bytes = 0;
+  std::unique_ptr<Engine> no_sessions = MakeEngine(off);
+  GenerationRequest r = Request("a", Bytes("Hi"), 4);
+  r.session_id = "s";
+  EXPECT_EQ(no_sessions->Submit(r, std::make_shared<RequestStream>()).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  EngineOptions slow = CacheOff();
+  slow.step_delay = absl::Milliseconds(20);
+  std::unique_ptr<Engine> engine = MakeEngine(slow);
+  auto running = std::make_shared<RequestStream>();
+  GenerationRequest longer = Request("long", Bytes("Hi"), 50);
+  longer.session_id = "s";
+  ASSERT_TRUE(engine->Submit(longer, running).ok());
+  GenerationRequest again = Request("again", Bytes("Hi"), 4);
+  again.session_id = "s";
+  EXPECT_EQ(engine->Submit(again, std::make_shared<RequestStream>()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->DeleteSession("s").code(), absl::StatusCode::kNotFound);  // no state yet
+  ASSERT_TRUE(WaitFor(running).summary.status.ok());
+
+  GenerationRequest too_long = Request("far", LongPrompt(2040), 4);
+  too_long.session_id = "s";
+  EXPECT_EQ(engine->Submit(too_long, std::make_shared<RequestStream>()).code(),
+            absl::StatusCode::kOutOfRange);
+  GenerationRequest big_id = Request("id", Bytes("Hi"), 4);
+  big_id.session_id = std::string(kMaxSessionIdBytes + 1, 'x');
+  EXPECT_EQ(engine->Submit(big_id, std::make_shared<RequestStream>()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StateReuseTest, SpilledSessionsContinueInTheNextEngine) {
+  char pattern[] = "/tmp/state_reuse_test.XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  std::vector<int64_t> expected;
+  {
+    EngineOptions options = CacheOff();
+    options.sessions.spill_dir = dir;
+    std::unique_ptr<Engine> engine = MakeEngine(options);
+    GenerationRequest r = Request("1", Bytes("The cat sat on the"), 8);
+    r.session_id = "spill";
+    ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
+    // Where the uninterrupted session would go.
+    std::unique_ptr<Engine> twin = MakeEngine(CacheOff());
+    ASSERT_TRUE(twin->ImportSession("spill", engine->ExportSession("spill")->data).ok());
+    GenerationRequest next = Request("2", Bytes(" mat."), 10);
+    next.session_id = "spill";
+    expected = Tokens(RunToEnd(*twin, next));
+    engine->BeginDrain();
+    ASSERT_TRUE(engine->WaitIdle(absl::Seconds(10)));
+    engine->Stop();
+    ASSERT_TRUE(engine->SpillSessions().ok());
+  }
+  EngineOptions options = CacheOff();
+  options.sessions.spill_dir = dir;
+  std::unique_ptr<Engine> next_engine = MakeEngine(options);
+  EXPECT_EQ(next_engine->Stats().sessions.spilled_sessions, 1);
+  GenerationRequest next = Request("2", Bytes(" mat."), 10);
+  next.session_id = "spill";
+  EXPECT_EQ(Tokens(RunToEnd(*next_engine, next)), expected);
+  testing::RemoveTree(dir);
+}
+
+}  // namespace
+}  // namespace performer::server
