@@ -348,8 +348,9 @@ absl::StatusOr<InferCall> ToGenerateRequest(const ModelInferRequest& request,
   call.reply.model_name = model.name;
   call.reply.raw = request.raw_input_contents_size() > 0;
   v1::GenerateRequest& g = call.generate;
+  // The id is only echoed: clients of this protocol need not make it unique,
+  // so the engine's request id is the server's own.
   g.set_model(model.name);
-  g.set_request_id(request.id());
   if (absl::Status s = ApplyInputs(request, model, &g); !s.ok()) return s;
   for (const auto& [name, value] : request.parameters()) {
     if (absl::Status s = ApplyParameter(name, value, &g); !s.ok()) return s;

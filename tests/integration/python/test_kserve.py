@@ -7,12 +7,15 @@ server is live and ready, the model's metadata lists BYTES text_input /
 text_output, ModelInfer generates with max_tokens as a request parameter
 and echoes the id (prompt in contents or in raw_input_contents),
 ModelStreamInfer streams pieces that add up to the unary text, an unknown
-model is NOT_FOUND, a bad parameter INVALID_ARGUMENT, and the metrics count
+model is NOT_FOUND, a bad parameter INVALID_ARGUMENT, overload
+RESOURCE_EXHAUSTED, a cancelled stream frees its slot, and the metrics count
 these requests under protocol="kserve_v2". Every call has a deadline.
 """
 
 import os
 import struct
+import threading
+import time
 import unittest
 
 import grpc
@@ -207,17 +210,83 @@ class KServeTest(unittest.TestCase):
                                              method=method, protocol=protocol, code="OK"))
 
         # The observers hear of a call's end just after its client does.
-        deadline = harness.time.monotonic() + 10
+        deadline = time.monotonic() + 10
         while True:
             after = self.server.metrics()
             infer = count(after, "ModelInfer", "kserve_v2") - count(before, "ModelInfer",
                                                                     "kserve_v2")
             generate = count(after, "Generate", "performer") - count(before, "Generate",
                                                                      "performer")
-            if (infer, generate) == (1, 1) or harness.time.monotonic() > deadline:
+            if (infer, generate) == (1, 1) or time.monotonic() > deadline:
                 break
-            harness.time.sleep(0.05)
+            time.sleep(0.05)
         self.assertEqual((infer, generate), (1, 1))
+
+
+class KServeOverloadTest(unittest.TestCase):
+    """One slot, no queue: a second inference is RESOURCE_EXHAUSTED (with the
+    retry hint on ModelInfer, as error_message on a stream), and cancelling
+    the stream that holds the slot frees it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = harness.Server(os.path.join(harness.REPO, "models"),
+                                    ("--max_batch=1", "--max_queue=0", "--step_delay_ms=20"),
+                                    name="kserve-overload")
+        try:
+            cls.server.start()
+        except Exception:
+            cls.server.kill()
+            raise
+        cls.stub = kserve_grpc.GRPCInferenceServiceStub(cls.server.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_overload_and_cancel(self):
+        self.assertEqual(self.server.model_info(MODEL).max_sequences, 1)
+        holder = self.stub.ModelStreamInfer(iter([text_request(PROMPT, "holder", max_tokens=500)]),
+                                            timeout=TIMEOUT_S)
+        first = threading.Event()
+        seen = []
+
+        def read():
+            try:
+                for response in holder:
+                    seen.append(response)
+                    first.set()
+            except grpc.RpcError as error:
+                seen.append(error)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        self.assertTrue(first.wait(30), "the slot holder produced nothing")
+
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.stub.ModelInfer(text_request(PROMPT, "refused"), timeout=TIMEOUT_S)
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         raised.exception.details())
+        pushback = harness.metadata_value(raised.exception.trailing_metadata(),
+                                          "grpc-retry-pushback-ms")
+        self.assertTrue(pushback is not None and str(pushback).isdigit(), pushback)
+
+        refused = list(self.stub.ModelStreamInfer(iter([text_request(PROMPT, "refused-stream")]),
+                                                  timeout=TIMEOUT_S))
+        self.assertEqual(len(refused), 1, refused)
+        self.assertTrue(refused[0].error_message.startswith("RESOURCE_EXHAUSTED: "), refused[0])
+        self.assertEqual(refused[0].infer_response.id, "refused-stream")
+
+        holder.cancel()
+        reader.join(30)
+        self.assertFalse(reader.is_alive(), "the cancelled stream did not end")
+        self.assertIsInstance(seen[-1], grpc.RpcError)
+        self.assertEqual(seen[-1].code(), grpc.StatusCode.CANCELLED)
+        ok, info, _ = self.server.wait_model_idle(MODEL, timeout=5.0)
+        self.assertTrue(ok, "slot not freed after the cancel: %s" % info)
+        response = self.stub.ModelInfer(text_request(PROMPT, "after", max_tokens=2),
+                                        timeout=TIMEOUT_S)
+        self.assertEqual(response.id, "after")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,18 @@ const inference::ModelInferResponse::InferOutputTensor* Output(
   return nullptr;
 }
 
+// A response parameter; the empty value when it is absent (so that a test
+// fails rather than crashes).
+inference::InferParameter Parameter(const inference::ModelInferResponse& response,
+                                    const std::string& name) {
+  auto it = response.parameters().find(name);
+  return it == response.parameters().end() ? inference::InferParameter() : it->second;
+}
+
+bool IsFinal(const inference::ModelInferResponse& response) {
+  return Parameter(response, "triton_final_response").bool_param();
+}
+
 std::string TextOutput(const inference::ModelInferResponse& response) {
   const auto* output = Output(response, "text_output");
   if (output == nullptr || output->contents().bytes_contents_size() != 1) return "<missing>";
@@ -222,10 +234,9 @@ TEST_F(InferenceServiceTest, ModelInferGeneratesWhatGenerateGivesAndEchoesTheId)
   EXPECT_EQ(OutputIds(response),
             std::vector<int32_t>(expected.token_ids().begin(), expected.token_ids().end()));
   EXPECT_TRUE(response.raw_output_contents().empty());
-  EXPECT_EQ(response.parameters().at("finish_reason").string_param(), "length");
-  EXPECT_EQ(response.parameters().at("generated_tokens").int64_param(), kMaxTokens);
-  EXPECT_EQ(response.parameters().at("prompt_tokens").int64_param(),
-            expected.usage().prompt_tokens());
+  EXPECT_EQ(Parameter(response, "finish_reason").string_param(), "length");
+  EXPECT_EQ(Parameter(response, "generated_tokens").int64_param(), kMaxTokens);
+  EXPECT_EQ(Parameter(response, "prompt_tokens").int64_param(), expected.usage().prompt_tokens());
 }
 
 TEST_F(InferenceServiceTest, RawInputContentsGetRawOutputContents) {
@@ -335,8 +346,7 @@ TEST_F(InferenceServiceTest, ModelStreamInferStreamsPiecesThatMakeTheUnaryText) 
     const auto& r = result.responses[i];
     EXPECT_TRUE(r.error_message().empty()) << r.error_message();
     EXPECT_EQ(r.infer_response().id(), "stream-1");
-    EXPECT_EQ(r.infer_response().parameters().at("triton_final_response").bool_param(),
-              i + 1 == result.responses.size());
+    EXPECT_EQ(IsFinal(r.infer_response()), i + 1 == result.responses.size());
     text += TextOutput(r.infer_response());
     const std::vector<int32_t> piece = OutputIds(r.infer_response());
     ids.insert(ids.end(), piece.begin(), piece.end());
@@ -344,8 +354,8 @@ TEST_F(InferenceServiceTest, ModelStreamInferStreamsPiecesThatMakeTheUnaryText) 
   EXPECT_EQ(text, TextOutput(unary));
   EXPECT_EQ(ids, OutputIds(unary));
   const auto& last = result.responses.back().infer_response();
-  EXPECT_EQ(last.parameters().at("finish_reason").string_param(), "length");
-  EXPECT_EQ(last.parameters().at("generated_tokens").int64_param(), kMaxTokens);
+  EXPECT_EQ(Parameter(last, "finish_reason").string_param(), "length");
+  EXPECT_EQ(Parameter(last, "generated_tokens").int64_param(), kMaxTokens);
 }
 
 TEST_F(InferenceServiceTest, AFailedRequestOnAStreamIsAnErrorResponseAndTheStreamGoesOn) {
@@ -366,7 +376,7 @@ TEST_F(InferenceServiceTest, AFailedRequestOnAStreamIsAnErrorResponseAndTheStrea
     }
     EXPECT_EQ(id, "good");
     text += TextOutput(r.infer_response());
-    if (r.infer_response().parameters().at("triton_final_response").bool_param()) {
+    if (IsFinal(r.infer_response())) {
       good_final = true;
     }
   }
@@ -376,6 +386,19 @@ TEST_F(InferenceServiceTest, AFailedRequestOnAStreamIsAnErrorResponseAndTheStrea
   EXPECT_NE(errors["bad"].find("top_p"), std::string::npos) << errors["bad"];
   EXPECT_TRUE(good_final);
   EXPECT_EQ(text, Generate(kPrompt).text());
+}
+
+TEST_F(InferenceServiceTest, IdsAreEchoedNotRequiredToBeUnique) {
+  // Two live requests with one id (the engine's ids are the server's own).
+  const StreamResult result = Stream({TextRequest(kPrompt, "same"), TextRequest(kPrompt, "same")});
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  int finals = 0;
+  for (const auto& r : result.responses) {
+    EXPECT_TRUE(r.error_message().empty()) << r.error_message();
+    EXPECT_EQ(r.infer_response().id(), "same");
+    if (IsFinal(r.infer_response())) ++finals;
+  }
+  EXPECT_EQ(finals, 2);
 }
 
 TEST_F(InferenceServiceTest, SeveralRequestsOnOneStreamAllComplete) {
@@ -388,7 +411,7 @@ TEST_F(InferenceServiceTest, SeveralRequestsOnOneStreamAllComplete) {
   for (const auto& r : result.responses) {
     ASSERT_TRUE(r.error_message().empty()) << r.error_message();
     texts[r.infer_response().id()] += TextOutput(r.infer_response());
-    if (r.infer_response().parameters().at("triton_final_response").bool_param()) ++finals;
+    if (IsFinal(r.infer_response())) ++finals;
   }
   EXPECT_EQ(finals, 6);
   const std::string expected = Generate(kPrompt).text();
