@@ -382,7 +382,7 @@ void FillInferResponse(const InferReply& reply, const v1::GenerateResponse& gene
     out->add_shape(generated.token_ids_size());
     if (reply.raw) {
       std::string* raw = response->add_raw_output_contents();
-      raw->reserve(4 * generated.token_ids_size());
+      raw->reserve(size_t{4} * static_cast<size_t>(generated.token_ids_size()));
       for (int32_t id : generated.token_ids()) AppendLittleEndian32(static_cast<uint32_t>(id), raw);
     } else {
       out->mutable_contents()->mutable_int_contents()->CopyFrom(generated.token_ids());
