@@ -245,6 +245,14 @@ absl::Status ApplyParameter(const std::string& name, const InferParameter& p,
     g->set_ignore_eos(p.bool_param());
     return absl::OkStatus();
   }
+  if (name == "triton_enable_empty_final_response") {
+    // Triton's streaming clients send it; the final response (which carries
+    // the finish reason) is sent whatever its value.
+    if (p.parameter_choice_case() != InferParameter::kBoolParam) {
+      return WrongKind(name, p, "a bool (bool_param)");
+    }
+    return absl::OkStatus();
+  }
   return Invalid(absl::StrCat("parameter ", name),
                  absl::StrCat("unknown; the parameters are ", kInferParameters));
 }

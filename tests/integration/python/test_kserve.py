@@ -148,6 +148,8 @@ class KServeTest(unittest.TestCase):
     def test_model_stream_infer_streams_the_unary_text(self):
         unary = self.stub.ModelInfer(text_request(PROMPT, "unary"), timeout=TIMEOUT_S)
         requests = [text_request(PROMPT, "stream-a"), text_request(PROMPT, "stream-b")]
+        # As Triton's streaming clients send it.
+        requests[1].parameters["triton_enable_empty_final_response"].bool_param = True
         pieces = {"stream-a": [], "stream-b": []}
         finals = {}
         for response in self.stub.ModelStreamInfer(iter(requests), timeout=TIMEOUT_S):

@@ -270,8 +270,32 @@ TEST_F(InferenceServiceTest, InputIdsAreThePromptAsTokens) {
   inference::ModelInferResponse response;
   const grpc::Status status = Infer(request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(OutputIds(response),
-            std::vector<int32_t>(expected.token_ids().begin(), expected.token_ids().end()));
+  const std::vector<int32_t> expected_ids(expected.token_ids().begin(), expected.token_ids().end());
+  EXPECT_EQ(OutputIds(response), expected_ids);
+
+  // The same ids as raw contents (little-endian INT32) get raw outputs.
+  std::string raw;
+  for (int32_t id : input->contents().int_contents()) {
+    for (int shift = 0; shift < 32; shift += 8) raw.push_back(static_cast<char>(id >> shift));
+  }
+  input->clear_contents();
+  request.add_raw_input_contents(raw);
+  request.add_outputs()->set_name("output_ids");
+  inference::ModelInferResponse raw_response;
+  const grpc::Status raw_status = Infer(request, &raw_response);
+  ASSERT_TRUE(raw_status.ok()) << raw_status.error_message();
+  ASSERT_EQ(raw_response.raw_output_contents_size(), 1);
+  const std::string& out = raw_response.raw_output_contents(0);
+  ASSERT_EQ(out.size(), 4 * expected_ids.size());
+  std::vector<int32_t> raw_ids;
+  for (size_t i = 0; i < out.size(); i += 4) {
+    uint32_t v = 0;
+    for (int b = 3; b >= 0; --b) v = v << 8 | static_cast<unsigned char>(out[i + b]);
+    raw_ids.push_back(static_cast<int32_t>(v));
+  }
+  EXPECT_EQ(raw_ids, expected_ids);
+  ASSERT_EQ(raw_response.outputs_size(), 1);
+  EXPECT_EQ(raw_response.outputs(0).shape(0), static_cast<int64_t>(expected_ids.size()));
 }
 
 TEST_F(InferenceServiceTest, AnUnknownModelIsNotFound) {
@@ -321,6 +345,26 @@ TEST_F(InferenceServiceTest, BadRequestsAreInvalidArgumentsNamingTheFault) {
        },
        "runs past"},
       {"unknown output", [](auto* r) { r->add_outputs()->set_name("logits"); }, "output logits"},
+      {"raw INT32 of a partial element",
+       [](auto* r) {
+         r->clear_inputs();
+         auto* ids = r->add_inputs();
+         ids->set_name("input_ids");
+         ids->set_datatype("INT32");
+         ids->add_shape(2);
+         r->add_raw_input_contents(std::string(6, 'a'));
+       },
+       "whole number"},
+      {"shape disagreeing with the ids",
+       [](auto* r) {
+         r->clear_inputs();
+         auto* ids = r->add_inputs();
+         ids->set_name("input_ids");
+         ids->set_datatype("INT32");
+         ids->add_shape(3);
+         ids->mutable_contents()->add_int_contents(65);
+       },
+       "declares 3"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
