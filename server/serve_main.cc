@@ -1,5 +1,7 @@
 // performer-serve's program: hosts the models of a model repository over
-// gRPC (performer.v1.Generation, grpc.health.v1.Health, server reflection).
+// gRPC (performer.v1.Generation, inference.GRPCInferenceService: the Open
+// Inference Protocol, grpc.health.v1.Health, server reflection), all on one
+// port.
 //
 // Shutdown on SIGTERM or SIGINT: health turns NOT_SERVING at once, new
 // requests get UNAVAILABLE, running requests finish (up to --drain_timeout;
@@ -39,6 +41,7 @@
 #include "server/metrics/server_metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/service/generation_service.h"
+#include "server/service/inference_service.h"
 
 #ifndef PERFORMER_DEFAULT_MODEL_REPOSITORY
 #define PERFORMER_DEFAULT_MODEL_REPOSITORY "models"
@@ -125,6 +128,7 @@ ABSL_FLAG(int32_t, step_delay_ms, 0,
 namespace {
 
 using performer::server::GenerationService;
+using performer::server::InferenceService;
 using performer::server::LogEvent;
 using performer::server::LogFields;
 using performer::server::ModelRepository;
@@ -275,6 +279,7 @@ int Run() {
   }
 
   GenerationService service(**repository, service_options);
+  InferenceService inference_service(**repository, service_options, stall);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -284,6 +289,7 @@ int Run() {
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&inference_service);
   const int message_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxReceiveMessageSize(message_bytes);
   builder.SetMaxSendMessageSize(message_bytes);
@@ -368,6 +374,7 @@ int Run() {
     health->SetServingStatus(absl::StrCat(kServiceName, "/", model->name), false);
   }
   service.BeginDrain();
+  inference_service.BeginDrain();
   (*repository)->BeginDrain();
   const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
   if (!(*repository)->WaitIdle(drain)) {
@@ -401,7 +408,8 @@ int performer::server::ServeMain(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "Serves Performer models over gRPC (performer.v1.Generation).\n"
+      "Serves Performer models over gRPC (performer.v1.Generation and the Open Inference\n"
+      "Protocol, inference.GRPCInferenceService).\n"
       "Usage: performer-serve [--model_repository=DIR] [--port=N] [flags]");
   absl::ParseCommandLine(argc, argv);
   return Run();

@@ -319,7 +319,7 @@ ServerMetrics::ServerMetrics(MetricBuckets buckets)
       registry_(std::make_shared<prometheus::Registry>()),
       requests_(BuildCounter()
                     .Name("performer_requests_total")
-                    .Help("RPCs completed, by model, method and gRPC status code")
+                    .Help("RPCs completed, by model, method, protocol and gRPC status code")
                     .Register(*registry_)),
       in_flight_(BuildGauge()
                      .Name("performer_requests_in_flight")
@@ -427,6 +427,7 @@ void ServerMetrics::OnRpcEnd(const RpcRecord& record) {
   requests_
       .Add({{"model", record.model},
             {"method", method},
+            {"protocol", std::string(record.protocol)},
             {"code", absl::StatusCodeToString(record.status.code())}})
       .Increment();
   request_duration_.Add({{"model", record.model}, {"method", method}}, buckets_.request_seconds)

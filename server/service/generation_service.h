@@ -1,6 +1,7 @@
 // performer.v1.Generation on gRPC's callback API: requests are validated and
-// tokenized here, then handed to the model's Engine; streamed tokens flow
-// back through a RequestStream without blocking gRPC threads. Health status
+// tokenized (generation_rpc.h, the path every protocol shares), then handed
+// to the model's Engine; streamed tokens flow back through a RequestStream
+// without blocking gRPC threads. Health status
 // (grpc.health.v1) is kept by the caller (server/main.cc).
 #pragma once
 

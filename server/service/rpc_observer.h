@@ -1,5 +1,6 @@
-// What the Generation service reports about each RPC, for metrics and the
-// request log, without knowing either.
+// What the services (performer.v1.Generation, inference.GRPCInferenceService)
+// report about each RPC, for metrics and the request log, without knowing
+// either.
 #pragma once
 
 #include <optional>
@@ -11,12 +12,18 @@
 
 namespace performer::server {
 
+// The APIs an RPC may belong to (RpcRecord::protocol): performer.v1 and the
+// Open Inference Protocol (inference.GRPCInferenceService).
+inline constexpr std::string_view kPerformerProtocol = "performer";
+inline constexpr std::string_view kKServeV2Protocol = "kserve_v2";
+
 struct RpcRecord {
   std::string_view method;  // "GenerateStream", "Generate", "Embed", "Cancel", ...
-  std::string model;        // the resolved model; "" when none applies or it is unknown
-  absl::Status status;      // what the client was sent
-  double seconds = 0;       // from the call's start to its end
-  std::string request_id;   // generation calls
+  std::string_view protocol = kPerformerProtocol;
+  std::string model;       // the resolved model; "" when none applies or it is unknown
+  absl::Status status;     // what the client was sent
+  double seconds = 0;      // from the call's start to its end
+  std::string request_id;  // generation calls
   std::string peer;
   std::optional<StreamSummary> summary;  // generations that reached an engine
 };

@@ -25,6 +25,13 @@
 #               the server's 5 s shutdown; memory limit above the state
 #               pools; security context; selectors of the Services, the
 #               PodDisruptionBudget and the HPA match the pods.
+#   deploy/kserve  the ServingRuntime speaks grpc-v2 from container
+#               kserve-container, keeps the image's ENTRYPOINT, names only
+#               flags the binary parses (--only_check_args, after the
+#               ENTRYPOINT's), its h2c port and gRPC probes are --port, the
+#               probes ask health names the server serves, and its scrape
+#               annotation is --metrics_port; the InferenceService selects
+#               that runtime (name, model format, protocol version).
 #
 # Without kubectl (not a Debian 12 package) the manifests are read as the raw
 # files that kustomization.yaml lists, every check but rendering runs, and
@@ -119,6 +126,7 @@ WORK = tempfile.mkdtemp()  # flag files handed to the server; removed at exit
 RENDERED = [arg.split("=", 1) for arg in sys.argv[4:]]
 DOCKERFILE = os.path.join(ROOT, "Dockerfile")
 MANIFESTS = os.path.join(ROOT, "deploy", "kubernetes")
+KSERVE = os.path.join(ROOT, "deploy", "kserve")
 PLUGIN = os.path.join(os.path.dirname(SERVER), "libperformer_sentencepiece.so")
 
 # The runtime stage's base image, and the packages of it whose libraries the
@@ -971,6 +979,94 @@ def check_health_live(deployed):
             os.unlink(port_file.name)
 
 
+def check_kserve(image):
+    """deploy/kserve: the ServingRuntime against the binary, the
+    InferenceService against the runtime."""
+    import yaml
+
+    def load(name):
+        docs = [d for d in yaml.safe_load_all(open(os.path.join(KSERVE, name))) if d is not None]
+        if len(docs) != 1:
+            raise CheckError(f"deploy/kserve/{name}: expected one document, found {len(docs)}")
+        return docs[0]
+
+    runtime, service = load("serving-runtime.yaml"), load("inference-service.yaml")
+    errors = []
+    if (runtime.get("apiVersion"), runtime.get("kind")) != ("serving.kserve.io/v1alpha1",
+                                                            "ServingRuntime"):
+        errors.append("serving-runtime.yaml is not a serving.kserve.io/v1alpha1 ServingRuntime")
+    spec = runtime.get("spec", {})
+    if "grpc-v2" not in spec.get("protocolVersions", []):
+        errors.append("ServingRuntime: protocolVersions lacks grpc-v2 (the protocol served)")
+    containers = spec.get("containers", [])
+    container = next((c for c in containers if c.get("name") == "kserve-container"), None)
+    if container is None:
+        raise CheckError("ServingRuntime: no container named kserve-container (KServe's name)")
+    if container.get("command"):
+        errors.append("ServingRuntime: the container sets command, replacing the image's "
+                      "ENTRYPOINT and its flags")
+    image_flags = (image["entrypoint"] or [])[1:] + image["cmd"]
+    args = [str(a) for a in container.get("args", [])]
+    for arg in args:
+        parsed = parse_flag(arg)
+        if parsed is None or parsed[0] not in FLAGS:
+            errors.append(f"ServingRuntime args: {arg!r} is not a flag of performer-serve")
+    check(errors, "deploy/kserve: ServingRuntime grpc-v2, container and flag names")
+
+    out = subprocess.run([SERVER] + image_flags + args + ["--only_check_args"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise CheckError(f"ServingRuntime: performer-serve rejects its args: {out.stderr.strip()}")
+    values = {}
+    for arg in image_flags + args:
+        parsed = parse_flag(arg)
+        if parsed and parsed[1] is not None:
+            values[parsed[0]] = parsed[1]
+    value = lambda name: values.get(name, FLAGS[name])
+    port, metrics_port = int(value("port")), int(value("metrics_port"))
+    if value("host") not in ("0.0.0.0", "::", "[::]"):
+        errors.append(f"--host={value('host')}: KServe reaches the pod's IP")
+    ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
+    if ports.get("h2c") != port:
+        errors.append(f"container port h2c (KServe's gRPC port) is {ports.get('h2c')}, --port is "
+                      f"{port}")
+    names = health_names()
+    for probe_name, allowed in (("livenessProbe", names["liveness"]),
+                                ("readinessProbe", names["ready"])):
+        grpc = (container.get(probe_name) or {}).get("grpc")
+        if grpc is None:
+            errors.append(f"ServingRuntime: no gRPC {probe_name}")
+            continue
+        if grpc.get("port") != port:
+            errors.append(f"{probe_name}: port {grpc.get('port')}, --port is {port}")
+        if grpc.get("service", "") not in allowed:
+            errors.append(f"{probe_name}: service {grpc.get('service', '')!r}; the server serves "
+                          f"{sorted(allowed)} for it")
+    annotations = spec.get("annotations", {})
+    if metrics_port > 0 and annotations.get("prometheus.kserve.io/port") != str(metrics_port):
+        errors.append(f"annotation prometheus.kserve.io/port is "
+                      f"{annotations.get('prometheus.kserve.io/port')}, --metrics_port is "
+                      f"{metrics_port}")
+    check(errors, "deploy/kserve: ServingRuntime args parsed by the binary, ports and probes",
+          f"port {port}, metrics port {metrics_port}")
+
+    if (service.get("apiVersion"), service.get("kind")) != ("serving.kserve.io/v1beta1",
+                                                            "InferenceService"):
+        errors.append("inference-service.yaml is not a serving.kserve.io/v1beta1 InferenceService")
+    model = service.get("spec", {}).get("predictor", {}).get("model", {})
+    if model.get("runtime") != runtime["metadata"]["name"]:
+        errors.append(f"InferenceService: runtime {model.get('runtime')!r}, the ServingRuntime is "
+                      f"{runtime['metadata']['name']!r}")
+    formats = {f.get("name") for f in spec.get("supportedModelFormats", [])}
+    if model.get("modelFormat", {}).get("name") not in formats:
+        errors.append(f"InferenceService: modelFormat {model.get('modelFormat')} is not one the "
+                      f"runtime supports ({sorted(formats)})")
+    if model.get("protocolVersion") not in spec.get("protocolVersions", []):
+        errors.append(f"InferenceService: protocolVersion {model.get('protocolVersion')!r} is not "
+                      "one the runtime speaks")
+    check(errors, "deploy/kserve: InferenceService selects the runtime")
+
+
 def main():
     global FLAGS
     FLAGS = server_flags()
@@ -1012,6 +1108,7 @@ def main():
         for name, path in RENDERED:
             deployed = check_objects(f"{name} (rendered)", load_rendered(path), image)
         check_health_live(deployed)
+        check_kserve(image)
 
     for what in skipped:
         say(f"SKIP: {what}")

@@ -181,7 +181,7 @@ TEST_F(ServerMetricsTest, ExpositionDescribesTheModelAndItsEngine) {
 TEST_F(ServerMetricsTest, AGenerationMovesTheRequestAndTokenCounters) {
   const std::map<std::string, std::string> model = {{"model", kDefaultModel}};
   const std::map<std::string, std::string> unary_ok = {
-      {"model", kDefaultModel}, {"method", "Generate"}, {"code", "OK"}};
+      {"model", kDefaultModel}, {"method", "Generate"}, {"protocol", "performer"}, {"code", "OK"}};
   const std::map<std::string, std::string> length = {{"model", kDefaultModel},
                                                      {"reason", "length"}};
   const std::vector<Sample> before = ParseExposition(Exposition());
@@ -290,6 +290,62 @@ TEST_F(ServerMetricsTest, AStreamAndAnErrorAreCountedByMethodAndCode) {
   for (const char* method : {"Generate", "GenerateStream"}) {
     EXPECT_EQ(Value(after, "performer_requests_in_flight", {{"method", method}}), 0) << method;
   }
+}
+
+TEST_F(ServerMetricsTest, OpenInferenceProtocolRequestsAreCountedUnderTheirProtocol) {
+  const std::map<std::string, std::string> infer_ok = {{"model", kDefaultModel},
+                                                       {"method", "ModelInfer"},
+                                                       {"protocol", "kserve_v2"},
+                                                       {"code", "OK"}};
+  const std::map<std::string, std::string> infer_not_found = {
+      {"method", "ModelInfer"}, {"protocol", "kserve_v2"}, {"code", "NOT_FOUND"}};
+  const std::map<std::string, std::string> performer_infer = {{"method", "ModelInfer"},
+                                                              {"protocol", "performer"}};
+  const std::vector<Sample> before = ParseExposition(Exposition());
+
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub = server_->NewInferenceStub();
+  inference::ModelInferRequest request;
+  request.set_model_name(kDefaultModel);
+  auto* input = request.add_inputs();
+  input->set_name("text_input");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents("Counted");
+  (*request.mutable_parameters())["max_tokens"].set_int64_param(3);
+  (*request.mutable_parameters())["ignore_eos"].set_bool_param(true);
+  {
+    inference::ModelInferResponse response;
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+    const grpc::Status status = stub->ModelInfer(context.get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  request.set_model_name("no-such-model");
+  {
+    inference::ModelInferResponse response;
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+    EXPECT_EQ(stub->ModelInfer(context.get(), request, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+
+  auto counted = [&](const std::vector<Sample>& s) {
+    return Value(s, "performer_requests_total", infer_ok) ==
+               Value(before, "performer_requests_total", infer_ok) + 1 &&
+           Value(s, "performer_requests_total", infer_not_found) ==
+               Value(before, "performer_requests_total", infer_not_found) + 1;
+  };
+  const std::vector<Sample> after = ScrapeUntil(counted, kSettle);
+  EXPECT_EQ(Value(after, "performer_requests_total", infer_ok) -
+                Value(before, "performer_requests_total", infer_ok),
+            1);
+  EXPECT_EQ(Value(after, "performer_requests_total", infer_not_found) -
+                Value(before, "performer_requests_total", infer_not_found),
+            1);
+  EXPECT_EQ(Value(after, "performer_requests_total", performer_infer), 0);
+  // The generation itself is the engine's, counted as any other.
+  EXPECT_EQ(Value(after, "performer_generated_tokens_total", {{"model", kDefaultModel}}) -
+                Value(before, "performer_generated_tokens_total", {{"model", kDefaultModel}}),
+            3);
+  EXPECT_EQ(Value(after, "performer_requests_in_flight", {{"method", "ModelInfer"}}), 0);
 }
 
 }  // namespace

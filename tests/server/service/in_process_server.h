@@ -1,8 +1,9 @@
-// A GenerationService on an in-process grpc::Server (127.0.0.1, a port the
-// kernel picks) over a ModelRepository loaded from the repository's default
-// model folder (models/, see models/README.md), wired the way server/main.cc
-// wires it, and the client side the tests need: a stub, and client contexts
-// that always carry a deadline so that no call of a test can wait forever.
+// A GenerationService and an InferenceService on an in-process grpc::Server
+// (127.0.0.1, a port the kernel picks) over a ModelRepository loaded from the
+// repository's default model folder (models/, see models/README.md), wired
+// the way server/serve_main.cc wires them, and the client side the tests
+// need: stubs, and client contexts that always carry a deadline so that no
+// call of a test can wait forever.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -15,9 +16,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "performer/v1/generation.grpc.pb.h"
 #include "server/repository/model_repository.h"
 #include "server/service/generation_service.h"
+#include "server/service/inference_service.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::server::in_process {
@@ -45,9 +48,12 @@ class InProcessServer {
     std::unique_ptr<InProcessServer> out(new InProcessServer());
     out->repository_ = std::move(repository);
     out->service_ = std::make_unique<GenerationService>(*out->repository_, service_options);
+    out->inference_service_ = std::make_unique<InferenceService>(
+        *out->repository_, service_options, /*liveness_stall=*/absl::Seconds(30));
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &out->port_);
     builder.RegisterService(out->service_.get());
+    builder.RegisterService(out->inference_service_.get());
     out->server_ = builder.BuildAndStart();
     if (out->server_ == nullptr || out->port_ == 0) {
       out->repository_->Stop();
@@ -59,6 +65,7 @@ class InProcessServer {
   // Drains and stops as server/main.cc does, each wait bounded.
   ~InProcessServer() {
     service_->BeginDrain();
+    inference_service_->BeginDrain();
     repository_->BeginDrain();
     repository_->WaitIdle(absl::Seconds(10));
     repository_->Stop();
@@ -76,12 +83,17 @@ class InProcessServer {
     return v1::Generation::NewStub(
         grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
   }
+  std::unique_ptr<inference::GRPCInferenceService::Stub> NewInferenceStub() const {
+    return inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+  }
 
  private:
   InProcessServer() = default;
 
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<InferenceService> inference_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -1,0 +1,308 @@
+#include "server/service/generation_rpc.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+namespace performer::server {
+namespace {
+
+std::string NewRequestId() {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::BitGen* gen = new absl::BitGen();
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("req-%016x", absl::Uniform<uint64_t>(*gen));
+}
+
+// The wire request as the engine's request: tokenized, with the model's
+// defaults merged in. The engine validates it (Engine::Submit).
+absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wire,
+                                                  const HostedModel& model,
+                                                  const grpc::CallbackServerContext& context) {
+  GenerationRequest r;
+  r.request_id = wire.request_id().empty() ? NewRequestId() : wire.request_id();
+  absl::StatusOr<std::vector<int64_t>> prompt =
+      Tokens(model, wire.prompt_case() == v1::GenerateRequest::kPromptText, wire.prompt_text(),
+             wire.prompt_tokens().ids(), "prompt_text");
+  if (!prompt.ok()) return prompt.status();
+  r.prompt = std::move(*prompt);
+  absl::StatusOr<std::vector<int64_t>> source =
+      Tokens(model, wire.source_case() == v1::GenerateRequest::kSourceText, wire.source_text(),
+             wire.source_tokens().ids(), "source_text");
+  if (!source.ok()) return source.status();
+  r.source = std::move(*source);
+  const GenerationConfig& defaults = model.generation;
+  if (model.kind == ModelKind::kEncoderDecoder && r.prompt.empty()) {
+    if (defaults.decoder_start_token_id.has_value()) {
+      r.prompt = {*defaults.decoder_start_token_id};
+    } else if (defaults.bos_token_id.has_value()) {
+      r.prompt = {*defaults.bos_token_id};
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt_tokens: empty, and model ", model.name,
+          " has no decoder_start_token_id in generation_config.json to start the decoder with"));
+    }
+  }
+
+  generation::SamplingOverrides overrides;
+  if (wire.max_new_tokens() != 0) overrides.max_new_tokens = wire.max_new_tokens();
+  if (wire.has_temperature()) overrides.temperature = wire.temperature();
+  if (wire.top_k() != 0) overrides.top_k = wire.top_k();
+  if (wire.has_top_p()) overrides.top_p = wire.top_p();
+  if (wire.has_repetition_penalty()) overrides.repetition_penalty = wire.repetition_penalty();
+  if (wire.has_seed()) overrides.seed = wire.seed();
+  overrides.stop_token_ids.assign(wire.stop_token_ids().begin(), wire.stop_token_ids().end());
+  overrides.stop_strings.assign(wire.stop_strings().begin(), wire.stop_strings().end());
+  overrides.ignore_eos = wire.ignore_eos();
+  // A default max_new_tokens is trimmed to what fits after the prompt and
+  // under the server's limit; an explicit one that does not fit is refused
+  // by the engine's validation.
+  const int64_t room = model.max_sequence_length - static_cast<int64_t>(r.prompt.size());
+  r.sampling =
+      generation::ResolveSamplingParams(defaults.SamplingDefaults(), overrides,
+                                        std::min(model.engine->limits().max_new_tokens, room));
+  r.return_logprobs = wire.return_logprobs();
+  r.priority = wire.priority();
+  r.session_id = wire.session_id();
+  const auto deadline = context.deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    r.deadline = absl::FromChrono(deadline);
+  }
+  return r;
+}
+
+// The client's own timer fires a little before the server's copy of the
+// same deadline (it was sent as a relative timeout and started on arrival),
+// so a cancel that comes within kDeadlineSlack of the deadline is the
+// deadline.
+constexpr std::chrono::milliseconds kDeadlineSlack{100};
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_text,
+                                            const std::string& text,
+                                            const google::protobuf::RepeatedField<int32_t>& ids,
+                                            const char* field) {
+  if (has_text) {
+    if (model.tokenizer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": model ", model.name,
+          " has no tokenizer; send token ids instead (its ModelInfo.tokenizer is empty)"));
+    }
+    absl::StatusOr<std::vector<int32_t>> encoded = model.tokenizer->Encode(text);
+    if (!encoded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", encoded.status().message()));
+    }
+    return std::vector<int64_t>(encoded->begin(), encoded->end());
+  }
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name) {
+  HostedModel* model = repository.Find(name);
+  if (model == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("model: no model named \"", name, "\" is hosted here (see ListModels)"));
+  }
+  if (model->engine == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model->name, " is a bidirectional encoder: it supports Embed, not generation"));
+  }
+  return model;
+}
+
+FinishReason CancelReason(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  return deadline != std::chrono::system_clock::time_point::max() &&
+                 deadline <= std::chrono::system_clock::now() + kDeadlineSlack
+             ? FinishReason::kDeadline
+             : FinishReason::kCancelled;
+}
+
+grpc::Status CancelledStatus(const grpc::CallbackServerContext* context) {
+  return CancelReason(context) == FinishReason::kDeadline
+             ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed")
+             : grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
+}
+
+v1::FinishReason ToWire(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopToken:
+      return v1::FINISH_REASON_STOP_TOKEN;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline:
+      return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kNone:
+    case FinishReason::kError:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void FillChunk(const std::string& request_id, const StreamChunk& chunk,
+               v1::GenerateResponse* response) {
+  response->set_request_id(request_id);
+  response->mutable_token_ids()->Add(chunk.token_ids.begin(), chunk.token_ids.end());
+  response->mutable_text()->append(chunk.text);
+  response->mutable_logprobs()->Add(chunk.logprobs.begin(), chunk.logprobs.end());
+}
+
+void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
+  response->set_finish_reason(ToWire(summary.reason));
+  response->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(summary.prompt_tokens));
+  response->mutable_usage()->set_generated_tokens(static_cast<int32_t>(summary.generated_tokens));
+  response->mutable_usage()->set_cached_prompt_tokens(
+      static_cast<int32_t>(summary.cached_prompt_tokens));
+  response->mutable_timings()->set_queue_seconds(summary.queue_seconds);
+  response->mutable_timings()->set_time_to_first_token_seconds(summary.time_to_first_token_seconds);
+  response->mutable_timings()->set_total_seconds(summary.total_seconds);
+}
+
+bool SendsFinalMessage(const StreamSummary& summary) {
+  return summary.status.ok() || summary.reason == FinishReason::kCancelled ||
+         summary.reason == FinishReason::kDeadline;
+}
+
+RpcScope::RpcScope(const std::vector<RpcObserver*>& observers, std::string_view method,
+                   std::string_view protocol, const grpc::CallbackServerContext* context)
+    : observers_(observers), context_(context), start_(absl::Now()) {
+  record_.method = method;
+  record_.protocol = protocol;
+  record_.peer = context->peer();
+  for (RpcObserver* o : observers_) o->OnRpcStart(method);
+}
+
+void RpcScope::End(const grpc::Status& status) {
+  if (ended_) return;
+  ended_ = true;
+  // A cancelled call's client saw CANCELLED or DEADLINE_EXCEEDED, not what
+  // the server may still have sent.
+  record_.status = FromGrpc(context_->IsCancelled() ? CancelledStatus(context_) : status);
+  record_.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  for (RpcObserver* o : observers_) o->OnRpcEnd(record_);
+}
+
+grpc::ServerUnaryReactor* AnswerNow(grpc::CallbackServerContext* context, RpcScope& scope,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(scope.Sent(status));
+  return reactor;
+}
+
+std::function<void()> ReactorGuard::Listener(std::function<void()> on_data) const {
+  return [guard = guard_, on_data = std::move(on_data)] {
+    std::lock_guard<std::recursive_mutex> lock(guard->mu);
+    if (guard->alive) on_data();
+  };
+}
+
+void ReactorGuard::Retire() {
+  std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+  guard_->alive = false;
+}
+
+void EngineLink::Attach(std::shared_ptr<RequestStream> stream, std::function<void()> on_data) {
+  stream_ = std::move(stream);
+  stream_->SetListener(guard_.Listener(std::move(on_data)));
+}
+
+grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart& options,
+                             grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
+                             RpcRecord& record, const AttachGeneration& attach) {
+  record.request_id = wire.request_id();
+  if (options.draining) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the server is shutting down and accepts no new requests");
+  }
+  absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
+  if (!model.ok()) return ToGrpc(model.status());
+  record.model = (*model)->name;
+  absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, *context);
+  if (!request.ok()) return ToGrpc(request.status());
+  request->max_buffered_tokens = options.buffer_tokens;
+  record.request_id = request->request_id;
+  auto stream = std::make_shared<RequestStream>(options.buffer_tokens);
+  // The listener is attached before the engine can produce anything.
+  attach(request->request_id, stream);
+  absl::Status submitted = (*model)->engine->Submit(std::move(*request), stream);
+  if (absl::IsResourceExhausted(submitted)) {
+    const int64_t ms = absl::ToInt64Milliseconds((*model)->engine->RetryHint());
+    if (options.retry_pushback_metadata) {
+      context->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(ms));
+    }
+    submitted = absl::ResourceExhaustedError(
+        absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
+  }
+  return ToGrpc(submitted);
+}
+
+UnaryGenerator::UnaryGenerator(grpc::CallbackServerContext* context,
+                               const std::vector<RpcObserver*>& observers, std::string_view method,
+                               std::string_view protocol, v1::GenerateResponse* response)
+    : link_(context, observers, method, protocol),
+      response_(response != nullptr ? response : &own_) {}
+
+void UnaryGenerator::FinishNow(const grpc::Status& status) {
+  std::lock_guard<std::recursive_mutex> lock(link_.mu());
+  done_ = true;
+  Finish(link_.scope().Sent(status));
+}
+
+void UnaryGenerator::Attach(const std::string& request_id, std::shared_ptr<RequestStream> stream) {
+  request_id_ = request_id;
+  link_.Attach(std::move(stream), [this] { Collect(); });
+}
+
+grpc::Status UnaryGenerator::Start(ModelRepository& repository, const GenerationStart& options,
+                                   grpc::CallbackServerContext* context,
+                                   const v1::GenerateRequest& wire) {
+  return StartGeneration(
+      repository, options, context, wire, record(),
+      [this](const std::string& request_id, std::shared_ptr<RequestStream> stream) {
+        Attach(request_id, std::move(stream));
+      });
+}
+
+void UnaryGenerator::OnCancel() {
+  std::lock_guard<std::recursive_mutex> lock(link_.mu());
+  link_.CancelFromRpc();
+}
+
+void UnaryGenerator::OnDone() {
+  link_.Retire();
+  delete this;
+}
+
+void UnaryGenerator::Collect() {
+  if (done_) return;
+  RequestStream::Taken taken = link_.stream().Take();
+  FillChunk(request_id_, taken.chunk, response_);
+  if (!taken.summary.has_value()) return;
+  FillSummary(*taken.summary, response_);
+  record().summary = *taken.summary;
+  done_ = true;
+  Finish(link_.scope().Sent(Complete(ToGrpc(taken.summary->status))));
+}
+
+}  // namespace performer::server

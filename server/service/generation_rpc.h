@@ -1,0 +1,216 @@
+// What every gRPC front end of the engine shares (performer.v1.Generation and
+// inference.GRPCInferenceService): the one path from a wire request
+// (performer.v1.GenerateRequest; other protocols translate theirs into it) to
+// a submitted engine request, with the same model lookup, tokenization,
+// defaults, limits and overload answer; the record each RPC reports to the
+// observers; and the link through which an engine thread hands a reactor its
+// tokens.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "performer/v1/generation.pb.h"
+#include "server/engine/request_stream.h"
+#include "server/repository/model_repository.h"
+#include "server/service/rpc_observer.h"
+
+namespace performer::server {
+
+// absl and gRPC share the canonical code numbers.
+grpc::Status ToGrpc(const absl::Status& status);
+absl::Status FromGrpc(const grpc::Status& status);
+
+// Text or token ids of a oneof, as model tokens. `field` names the text
+// field in messages: INVALID_ARGUMENT when the model has no tokenizer or the
+// text does not encode.
+absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_text,
+                                            const std::string& text,
+                                            const google::protobuf::RepeatedField<int32_t>& ids,
+                                            const char* field);
+
+// The model of a generation request: NOT_FOUND for an unknown name,
+// FAILED_PRECONDITION for a model that cannot generate (an encoder).
+absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name);
+
+// The reason a cancelled RPC gives the engine: kDeadline when the call's
+// deadline has (nearly) passed, kCancelled otherwise.
+FinishReason CancelReason(const grpc::CallbackServerContext* context);
+// What the client of a cancelled RPC sees, whatever the server sends.
+grpc::Status CancelledStatus(const grpc::CallbackServerContext* context);
+
+v1::FinishReason ToWire(FinishReason reason);
+
+// Appends a chunk's tokens, text and log-probabilities to `response` (and
+// sets its request id).
+void FillChunk(const std::string& request_id, const StreamChunk& chunk,
+               v1::GenerateResponse* response);
+// Sets the finish reason, usage and timings of a finished request.
+void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response);
+
+// A finished request that ended with cancel or deadline still sends its
+// last message (finish_reason) before the status; other errors drop it.
+bool SendsFinalMessage(const StreamSummary& summary);
+
+// One RPC's (or, on a stream carrying many requests, one request's) record
+// for the observers (metrics, request log): started on construction,
+// reported exactly once by End() or the destructor.
+class RpcScope {
+ public:
+  RpcScope(const std::vector<RpcObserver*>& observers, std::string_view method,
+           std::string_view protocol, const grpc::CallbackServerContext* context);
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
+  ~RpcScope() { End(sent_); }
+
+  RpcRecord& record() { return record_; }
+  // Notes the status the RPC is finished with and returns it.
+  const grpc::Status& Sent(const grpc::Status& status) {
+    sent_ = status;
+    return sent_;
+  }
+  void End(const grpc::Status& status);
+
+ private:
+  const std::vector<RpcObserver*>& observers_;
+  const grpc::CallbackServerContext* context_;
+  const absl::Time start_;
+  RpcRecord record_;
+  grpc::Status sent_;
+  bool ended_ = false;
+};
+
+// Finishes a unary RPC answered inline; `scope` reports it when it goes out
+// of scope.
+grpc::ServerUnaryReactor* AnswerNow(grpc::CallbackServerContext* context, RpcScope& scope,
+                                    const grpc::Status& status);
+
+// The engine thread notifies a reactor through its RequestStreams'
+// listeners while gRPC calls its reactions. One recursive mutex per reactor
+// orders the two (a reaction may run inline inside StartWrite), and `alive`
+// keeps a late listener call away from a deleted reactor.
+class ReactorGuard {
+ public:
+  ReactorGuard() : guard_(std::make_shared<Guard>()) {}
+  std::recursive_mutex& mu() { return guard_->mu; }
+  // A RequestStream listener that runs `on_data` under mu(), only while the
+  // reactor lives.
+  std::function<void()> Listener(std::function<void()> on_data) const;
+  // From OnDone, before the reactor is deleted.
+  void Retire();
+
+ private:
+  struct Guard {
+    std::recursive_mutex mu;
+    bool alive = true;
+  };
+  std::shared_ptr<Guard> guard_;
+};
+
+// A reactor serving one generation: its guard, its engine stream and its
+// RPC record.
+class EngineLink {
+ public:
+  EngineLink(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers,
+             std::string_view method, std::string_view protocol)
+      : context_(context), scope_(observers, method, protocol, context) {}
+
+  std::recursive_mutex& mu() { return guard_.mu(); }
+  RequestStream& stream() { return *stream_; }
+  RpcScope& scope() { return scope_; }
+  const grpc::CallbackServerContext* context() const { return context_; }
+
+  // `on_data` runs under mu(), only while the reactor lives.
+  void Attach(std::shared_ptr<RequestStream> stream, std::function<void()> on_data);
+  // The RPC was cancelled (or its client went away): the engine ends the
+  // request within a step. Call with mu() held.
+  void CancelFromRpc() {
+    if (stream_) stream_->RequestCancel(CancelReason(context_));
+  }
+  // From OnDone, before the reactor is deleted.
+  void Retire() { guard_.Retire(); }
+
+ private:
+  grpc::CallbackServerContext* context_;
+  ReactorGuard guard_;
+  std::shared_ptr<RequestStream> stream_;
+  // Ends (reports) when the reactor is deleted, after OnDone.
+  RpcScope scope_;
+};
+
+// Where StartGeneration hands the accepted request's id and stream; the
+// listener must be attached before this returns (the engine may produce at
+// once).
+using AttachGeneration =
+    std::function<void(const std::string& request_id, std::shared_ptr<RequestStream> stream)>;
+
+struct GenerationStart {
+  bool draining = false;      // the service refuses new requests (UNAVAILABLE)
+  int64_t buffer_tokens = 0;  // slow-reader bound; 0 = unbounded (unary)
+  // Overload also sets the grpc-retry-pushback-ms trailing metadata (not on
+  // a stream that carries several requests).
+  bool retry_pushback_metadata = true;
+};
+
+// Resolves the model, converts `wire` into the engine's request (tokenized,
+// the model's generation defaults merged, a default max_new_tokens trimmed to
+// what fits) and submits it, attaching its output through `attach`. Fills
+// `record`'s model and request id. On failure returns the status to finish
+// the request with: UNAVAILABLE when draining, NOT_FOUND / FAILED_PRECONDITION
+// for the model, INVALID_ARGUMENT from the engine's one validation
+// (ValidateGenerationRequest), RESOURCE_EXHAUSTED (with a retry hint) when
+// the model's queue is full.
+grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart& options,
+                             grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
+                             RpcRecord& record, const AttachGeneration& attach);
+
+// A unary generation: collects the whole output into a GenerateResponse,
+// then answers once. Complete() may turn the collected response into the
+// RPC's own response message.
+class UnaryGenerator : public grpc::ServerUnaryReactor {
+ public:
+  // `response` receives the output; nullptr collects into an own message
+  // (collected()).
+  UnaryGenerator(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers,
+                 std::string_view method, std::string_view protocol,
+                 v1::GenerateResponse* response);
+
+  RpcRecord& record() { return link_.scope().record(); }
+  // Finishes at once (a refused request).
+  void FinishNow(const grpc::Status& status);
+  void Attach(const std::string& request_id, std::shared_ptr<RequestStream> stream);
+  // Starts the generation through StartGeneration; returns its status (the
+  // caller finishes a refused request, FinishNow).
+  grpc::Status Start(ModelRepository& repository, const GenerationStart& options,
+                     grpc::CallbackServerContext* context, const v1::GenerateRequest& wire);
+
+  void OnCancel() override;
+  void OnDone() override;
+
+ protected:
+  const v1::GenerateResponse& collected() const { return *response_; }
+  // Runs under the lock when the engine is done (record().summary is set),
+  // before Finish; returns the status to finish with.
+  virtual grpc::Status Complete(const grpc::Status& status) { return status; }
+
+ private:
+  void Collect();
+
+  EngineLink link_;
+  std::string request_id_;
+  v1::GenerateResponse own_;
+  v1::GenerateResponse* response_;
+  bool done_ = false;
+};
+
+}  // namespace performer::server
