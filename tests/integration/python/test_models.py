@@ -100,7 +100,8 @@ class ModelsTest(harness.ServerTestCase):
                 if service.name == "Generation":
                     methods = {m.name for m in service.method}
         self.assertEqual(methods, {"GenerateStream", "Generate", "Cancel", "ListModels",
-                                   "GetModel", "Embed"})
+                                   "GetModel", "Embed", "DeleteSession", "ExportSession",
+                                   "ImportSession"})
 
     # -- models ---------------------------------------------------------------
     def test_listening_line(self):
