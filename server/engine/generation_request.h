@@ -17,7 +17,13 @@ using generation::FinishReason;
 using generation::FinishReasonName;
 
 struct GenerationRequest {
-  std::string request_id;       // unique among the engine's live requests
+  // Unique among the live requests of its owner: each caller has its own
+  // namespace of ids, so one caller can neither collide with nor cancel
+  // another's request by naming its id.
+  std::string request_id;
+  // The caller that submitted it (its token's name); "" when the server
+  // authenticates no one.
+  std::string owner;
   std::vector<int64_t> prompt;  // decoder prompt, non-empty
   std::vector<int64_t> source;  // encoder input (encoder-decoder models only)
   // Sampling, max_new_tokens, stop tokens and strings, eos: the model's

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "core/decoding/sequence_decoder.h"
 #include "server/repository/embedder.h"
+#include "server/security/call_gate.h"
 
 namespace performer::server {
 namespace {
@@ -203,11 +204,15 @@ absl::Status FromGrpc(const grpc::Status& status) {
 // construction, reported exactly once by End().
 class RpcScope {
  public:
-  RpcScope(const std::vector<RpcObserver*>& observers, std::string_view method,
+  RpcScope(const ServiceOptions& options, std::string_view method,
            const grpc::CallbackServerContext* context)
-      : observers_(observers), context_(context), start_(absl::Now()) {
+      : observers_(options.observers),
+        context_(context),
+        start_(absl::Now()),
+        caller_(CallerOf(*context, options.tokens)) {
     record_.method = method;
     record_.peer = context->peer();
+    if (caller_.ok()) record_.caller = caller_->name;
     for (RpcObserver* o : observers_) o->OnRpcStart(method);
   }
   RpcScope(const RpcScope&) = delete;
@@ -215,6 +220,9 @@ class RpcScope {
   ~RpcScope() { End(sent_); }
 
   RpcRecord& record() { return record_; }
+  // Who made the call; UNAUTHENTICATED when its token was revoked after the
+  // call gate let it in.
+  const absl::StatusOr<Caller>& caller() const { return caller_; }
   // Notes the status the RPC is finished with and returns it.
   const grpc::Status& Sent(const grpc::Status& status) {
     sent_ = status;
@@ -234,6 +242,7 @@ class RpcScope {
   const std::vector<RpcObserver*>& observers_;
   const grpc::CallbackServerContext* context_;
   const absl::Time start_;
+  const absl::StatusOr<Caller> caller_;
   RpcRecord record_;
   grpc::Status sent_;
   bool ended_ = false;
@@ -253,13 +262,14 @@ bool SendsFinalMessage(const StreamSummary& summary) {
 // deleted reactor.
 class EngineLink {
  public:
-  EngineLink(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers,
+  EngineLink(grpc::CallbackServerContext* context, const ServiceOptions& options,
              std::string_view method)
-      : context_(context), guard_(std::make_shared<Guard>()), scope_(observers, method, context) {}
+      : context_(context), guard_(std::make_shared<Guard>()), scope_(options, method, context) {}
 
   std::recursive_mutex& mu() { return guard_->mu; }
   RequestStream& stream() { return *stream_; }
   RpcScope& scope() { return scope_; }
+  const RpcScope& scope() const { return scope_; }
   const grpc::CallbackServerContext* context() const { return context_; }
 
   // `on_data` runs under mu(), only while the reactor lives.
@@ -297,10 +307,11 @@ class EngineLink {
 // Streams one request's tokens as the engine produces them.
 class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  StreamWriter(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers)
-      : link_(context, observers, "GenerateStream") {}
+  StreamWriter(grpc::CallbackServerContext* context, const ServiceOptions& options)
+      : link_(context, options, "GenerateStream") {}
 
   RpcRecord& record() { return link_.scope().record(); }
+  const absl::StatusOr<Caller>& caller() const { return link_.scope().caller(); }
 
   void FinishNow(const grpc::Status& status) {
     std::lock_guard<std::recursive_mutex> lock(link_.mu());
@@ -376,11 +387,12 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 // Unary Generate: collects the whole generation, then answers once.
 class UnaryGenerator : public grpc::ServerUnaryReactor {
  public:
-  UnaryGenerator(grpc::CallbackServerContext* context, const std::vector<RpcObserver*>& observers,
+  UnaryGenerator(grpc::CallbackServerContext* context, const ServiceOptions& options,
                  v1::GenerateResponse* response)
-      : link_(context, observers, "Generate"), response_(response) {}
+      : link_(context, options, "Generate"), response_(response) {}
 
   RpcRecord& record() { return link_.scope().record(); }
+  const absl::StatusOr<Caller>& caller() const { return link_.scope().caller(); }
 
   void FinishNow(const grpc::Status& status) {
     std::lock_guard<std::recursive_mutex> lock(link_.mu());
@@ -466,12 +478,24 @@ static grpc::Status Start(ModelRepository& repository, const ServiceOptions& opt
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is shutting down and accepts no new requests");
   }
+  const absl::StatusOr<Caller>& caller = reactor->caller();
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (wire.priority() > options.max_priority_unprivileged && !caller->Has(Permission::kPriority)) {
+    if (options.security_observer != nullptr) {
+      options.security_observer->OnPermissionDenied(caller->name, Permission::kPriority);
+    }
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat("priority: ", wire.priority(), " is above ", options.max_priority_unprivileged,
+                     ", the highest a caller without the \"priority\" permission may ask for"));
+  }
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
   record.model = (*model)->name;
   absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = buffer_tokens;
+  request->owner = caller->name;
   record.request_id = request->request_id;
   auto stream = std::make_shared<RequestStream>(buffer_tokens);
   // The listener is attached before the engine can produce anything.
@@ -488,7 +512,7 @@ static grpc::Status Start(ModelRepository& repository, const ServiceOptions& opt
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto* writer = new StreamWriter(context, options_.observers);
+  auto* writer = new StreamWriter(context, options_);
   grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
                               options_.stream_buffer_tokens, writer);
   if (!status.ok()) writer->FinishNow(status);
@@ -498,7 +522,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStrea
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const v1::GenerateRequest* request,
                                                       v1::GenerateResponse* response) {
-  auto* generator = new UnaryGenerator(context, options_.observers, response);
+  auto* generator = new UnaryGenerator(context, options_, response);
   grpc::Status status = Start(repository_, options_, draining_.load(), context, *request,
                               /*buffer_tokens=*/0, generator);
   if (!status.ok()) generator->FinishNow(status);
@@ -508,16 +532,25 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext* context,
                                                     const v1::CancelRequest* request,
                                                     v1::CancelResponse* response) {
-  RpcScope scope(options_.observers, "Cancel", context);
+  RpcScope scope(options_, "Cancel", context);
   scope.record().request_id = request->request_id();
+  if (!scope.caller().ok()) return Answer(context, scope, ToGrpc(scope.caller().status()));
   if (request->request_id().empty()) {
     return Answer(context, scope,
                   grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "request_id: empty; name the request to cancel"));
   }
+  // Ids are per caller: without "cancel_any" a caller reaches only its own
+  // requests, and another caller's id is simply not found.
+  const Caller& caller = *scope.caller();
+  const bool any_owner = caller.Has(Permission::kCancelAny);
   bool cancelled = false;
   for (const auto& model : repository_.models()) {
-    if (model->engine && model->engine->Cancel(request->request_id())) cancelled = true;
+    if (model->engine == nullptr) continue;
+    if (any_owner ? model->engine->CancelAnyOwner(request->request_id())
+                  : model->engine->Cancel(request->request_id(), caller.name)) {
+      cancelled = true;
+    }
   }
   response->set_cancelled(cancelled);
   return Answer(context, scope, grpc::Status::OK);
@@ -526,7 +559,7 @@ grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,
                                                         const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
-  RpcScope scope(options_.observers, "ListModels", context);
+  RpcScope scope(options_, "ListModels", context);
   for (const auto& model : repository_.models()) FillModelInfo(*model, response->add_models());
   response->set_default_model(repository_.default_model());
   return Answer(context, scope, grpc::Status::OK);
@@ -535,7 +568,7 @@ grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContext* context,
                                                       const v1::GetModelRequest* request,
                                                       v1::ModelInfo* response) {
-  RpcScope scope(options_.observers, "GetModel", context);
+  RpcScope scope(options_, "GetModel", context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
     return Answer(context, scope,
@@ -554,8 +587,8 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
   // The forward runs on the model's embedder thread, not on this one: the
   // call's record lives until the answer, which may come from there.
   struct EmbedCall {
-    EmbedCall(const std::vector<RpcObserver*>& observers, grpc::CallbackServerContext* context)
-        : scope(observers, "Embed", context), reactor(context->DefaultReactor()) {}
+    EmbedCall(const ServiceOptions& options, grpc::CallbackServerContext* context)
+        : scope(options, "Embed", context), reactor(context->DefaultReactor()) {}
     RpcScope scope;
     grpc::ServerUnaryReactor* reactor;
     // Reports the RPC, finishes it and frees the call. The report comes
@@ -569,7 +602,7 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
       return r;
     }
   };
-  auto* call = new EmbedCall(options_.observers, context);
+  auto* call = new EmbedCall(options_, context);
   if (draining_.load()) {
     return call->Answer(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                      "the server is shutting down and accepts no new requests"));

@@ -10,6 +10,8 @@
 
 #include "performer/v1/generation.grpc.pb.h"
 #include "server/repository/model_repository.h"
+#include "server/security/security_observer.h"
+#include "server/security/token_authenticator.h"
 #include "server/service/rpc_observer.h"
 
 namespace performer::server {
@@ -17,6 +19,14 @@ namespace performer::server {
 struct ServiceOptions {
   int64_t stream_buffer_tokens = 1024;  // slow-reader bound per stream
   std::vector<RpcObserver*> observers;  // not owned: metrics, request log
+  // Who calls: the bearer tokens the server's call gate checks
+  // (server/security/call_gate.h), read again here for the caller's name
+  // and permissions. Not owned; null = every caller is anonymous.
+  const TokenAuthenticator* tokens = nullptr;
+  // The highest queue priority a caller without the "priority" permission
+  // may ask for; above it PERMISSION_DENIED.
+  int32_t max_priority_unprivileged = 0;
+  SecurityObserver* security_observer = nullptr;  // not owned; may be null
 };
 
 class GenerationService final : public performer::v1::Generation::CallbackService {
