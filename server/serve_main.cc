@@ -13,6 +13,7 @@
 #include "server/serve_main.h"
 
 #include <arpa/inet.h>
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -217,7 +218,19 @@ int Fail(int code, std::string_view message) {
   return code;
 }
 
+// Holds gRPC initialised for the whole run: the core credentials and the
+// certificate file watcher are made before any grpc++ object that would
+// initialise the library.
+class GrpcLibrary {
+ public:
+  GrpcLibrary() { grpc_init(); }
+  ~GrpcLibrary() { grpc_shutdown(); }
+  GrpcLibrary(const GrpcLibrary&) = delete;
+  GrpcLibrary& operator=(const GrpcLibrary&) = delete;
+};
+
 int Run() {
+  const GrpcLibrary grpc_library;
   if (absl::Status s = performer::server::InitLogging(absl::GetFlag(FLAGS_log_format),
                                                       absl::GetFlag(FLAGS_log_level));
       !s.ok()) {

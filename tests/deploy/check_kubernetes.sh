@@ -25,6 +25,9 @@
 #               the server's 5 s shutdown; memory limit above the state
 #               pools; security context; selectors of the Services, the
 #               PodDisruptionBudget and the HPA match the pods.
+#   components  deploy/kubernetes/components/*: the flags their patches add
+#               are performer-serve's, with values it parses; probes moved
+#               to --health_port point at it and the container declares it.
 #
 # Without kubectl (not a Debian 12 package) the manifests are read as the raw
 # files that kustomization.yaml lists, every check but rendering runs, and
@@ -968,6 +971,52 @@ def check_health_live(deployed):
             os.unlink(port_file.name)
 
 
+def check_components():
+    """kustomize components (deploy/kubernetes/components/*): the flags their
+    patches add are performer-serve's, and probes moved to --health_port
+    point at that port, which the container declares."""
+    import yaml
+    for path in sorted(glob.glob(os.path.join(ROOT, "deploy", "kubernetes", "components", "*",
+                                              "kustomization.yaml"))):
+        label = os.path.relpath(os.path.dirname(path), ROOT)
+        errors = []
+        ops = []
+        for patch in yaml.safe_load(open(path)).get("patches", []):
+            ops += yaml.safe_load(patch.get("patch", "")) or []
+        flags = {}
+        for op in ops:
+            value = op.get("value")
+            if isinstance(value, str) and value.startswith("--"):
+                parsed = parse_flag(value)
+                if parsed is None or parsed[0] not in FLAGS:
+                    errors.append(f"{value!r} is not a flag of performer-serve")
+                else:
+                    flags[parsed[0]] = parsed[1]
+        if flags:
+            out = subprocess.run([SERVER] + [f"--{k}={v}" for k, v in flags.items()
+                                             if not k.endswith("_file")] + ["--only_check_args"],
+                                 capture_output=True, text=True, timeout=60)
+            if out.returncode != 0:
+                errors.append(f"performer-serve rejects the flags: {out.stderr.strip()}")
+        probe_ports = {op["path"]: op["value"] for op in ops
+                       if op.get("op") == "replace" and op.get("path", "").endswith("/grpc/port")}
+        container_ports = [op["value"].get("containerPort") for op in ops
+                           if op.get("path", "").endswith("/ports/-") and
+                           isinstance(op.get("value"), dict)]
+        if probe_ports:
+            health = flags.get("health_port")
+            if health is None:
+                errors.append("probes moved off --port without --health_port")
+            else:
+                for where, port in probe_ports.items():
+                    if port != int(health):
+                        errors.append(f"{where}: {port}, --health_port is {health}")
+                if int(health) not in container_ports:
+                    errors.append(f"no container port {health} for --health_port")
+        check(errors, f"{label}: flags are performer-serve's; probes on --health_port",
+              f"{len(flags)} flags")
+
+
 def main():
     global FLAGS
     FLAGS = server_flags()
@@ -1009,6 +1058,7 @@ def main():
         for name, path in RENDERED:
             deployed = check_objects(f"{name} (rendered)", load_rendered(path), image)
         check_health_live(deployed)
+        check_components()
 
     for what in skipped:
         say(f"SKIP: {what}")
