@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,11 +27,10 @@ constexpr char kBob[] = "bob-token-0123456789";
 constexpr char kRoot[] = "root-token-0123456789";
 
 std::unique_ptr<TokenAuthenticator> Tokens() {
-  absl::StatusOr<std::vector<TokenEntry>> entries = ParseTokenFile(
-      std::string(kAlice) + " alice\n" + kBob + " bob\n" + kRoot + " root admin\n");
+  absl::StatusOr<std::vector<TokenEntry>> entries =
+      ParseTokenFile(std::string(kAlice) + " alice\n" + kBob + " bob\n" + kRoot + " root admin\n");
   EXPECT_TRUE(entries.ok()) << entries.status();
-  return std::make_unique<TokenAuthenticator>(entries.ok() ? *entries
-                                                           : std::vector<TokenEntry>{});
+  return std::make_unique<TokenAuthenticator>(entries.ok() ? *entries : std::vector<TokenEntry>{});
 }
 
 class CountingObserver : public SecurityObserver {
@@ -57,25 +57,24 @@ TEST(CheckCallTest, HealthIsOpenAndEverythingElseNeedsAToken) {
   EXPECT_EQ(CheckCall(gate, "/inference.GRPCInferenceService/ModelInfer", "Bearer nope-nope-nope-0")
                 .code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(CheckCall(gate, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "")
-                .code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(
+      CheckCall(gate, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "").code(),
+      absl::StatusCode::kUnauthenticated);
   // A look-alike of the health service is not it.
   EXPECT_EQ(CheckCall(gate, "/grpc.health.v1.HealthX/Check", "").code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(
-      CheckCall(gate, "/performer.v1.Generation/ListModels", std::string("Bearer ") + kAlice)
-          .ok());
+      CheckCall(gate, "/performer.v1.Generation/ListModels", std::string("Bearer ") + kAlice).ok());
   EXPECT_EQ(observer.results["ok"], 1);
   EXPECT_EQ(observer.results["missing"], 3);
   EXPECT_EQ(observer.results["invalid"], 1);
 
   const CallGate health_only{nullptr, /*health_only=*/true, nullptr};
   EXPECT_TRUE(CheckCall(health_only, "/grpc.health.v1.Health/Check", "").ok());
-  EXPECT_EQ(CheckCall(health_only, "/performer.v1.Generation/ListModels",
-                      std::string("Bearer ") + kRoot)
-                .code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      CheckCall(health_only, "/performer.v1.Generation/ListModels", std::string("Bearer ") + kRoot)
+          .code(),
+      absl::StatusCode::kPermissionDenied);
 
   const CallGate open{nullptr, /*health_only=*/false, nullptr};
   EXPECT_TRUE(CheckCall(open, "/performer.v1.Generation/ListModels", "").ok());
@@ -96,9 +95,9 @@ class GatedServiceTest : public ::testing::Test {
     service_options.security_observer = observer_;
     auto credentials = std::make_shared<GatedServerCredentials>(
         NewPlaintextCoreCredentials(), CallGate{tokens_, /*health_only=*/false, observer_});
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started = InProcessServer::Start(
-        repository_options, service_options, performer::testing::RepositoryModelsRoot(),
-        credentials);
+    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
+        InProcessServer::Start(repository_options, service_options,
+                               performer::testing::RepositoryModelsRoot(), credentials);
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = started->release();
   }
