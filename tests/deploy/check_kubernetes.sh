@@ -95,6 +95,20 @@ if command -v "${kubectl}" >/dev/null 2>&1; then
     rendered+=("${name}=${out}")
     echo "check_kubernetes: kubectl kustomize ${name}: rendered"
   done
+  # Each component on top of the base: its patches must apply (its flags and
+  # ports are checked below).
+  for component in "${manifests}"/components/*/; do
+    [[ -f "${component}kustomization.yaml" ]] || continue
+    name="${component#"${root}/"}"
+    overlay="${work}/with-$(basename "${component}")"
+    mkdir -p "${overlay}"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
+      "$(realpath --relative-to="${overlay}" "${manifests}")" \
+      "$(realpath --relative-to="${overlay}" "${component}")" >"${overlay}/kustomization.yaml"
+    "${kubectl}" kustomize "${overlay}" >/dev/null 2>"${work}/kustomize.err" ||
+      fail "kubectl kustomize of the base with ${name%/} does not render: $(cat "${work}/kustomize.err")"
+    echo "check_kubernetes: kubectl kustomize the base with ${name%/}: rendered"
+  done
 else
   missing+=("kubectl (not a Debian 12 package; the manifests were read unrendered)")
 fi
