@@ -164,7 +164,8 @@ class SecureServerTestCase(unittest.TestCase):
     """One performer-serve with TLS, tokens and a metrics token for the class."""
 
     TOKENS = "%s alice\n%s bob\n%s root admin\n" % (ALICE, BOB, ROOT)
-    EXTRA_FLAGS = ()
+    # Keeps streams running while a test acts on them (a cancel, a reload).
+    EXTRA_FLAGS = ("--step_delay_ms=20",)
     NAME = "secure"
 
     @classmethod
@@ -183,7 +184,7 @@ class SecureServerTestCase(unittest.TestCase):
                  "--auth_tokens_file=" + cls.tokens_file,
                  "--metrics_auth_token_file=" + cls.metrics_token_file,
                  "--health_port=%d" % cls.health_port,
-                 "--credentials_reload_seconds=1", "--step_delay_ms=5"] + list(cls.EXTRA_FLAGS)
+                 "--credentials_reload_seconds=1"] + list(cls.EXTRA_FLAGS)
         cls.server = harness.MetricsServer(REPO_MODELS, flags, name=cls.NAME,
                                            channel_credentials=tls_credentials())
         try:
@@ -306,7 +307,7 @@ class TlsAndTokensTest(SecureServerTestCase):
         self.assertEqual(len(response.token_ids), 2)
 
     def test_a_caller_cannot_cancel_another_callers_request(self):
-        alice = Stream(self.stub, greedy(150, request_id="shared-id"), bearer(ALICE))
+        alice = Stream(self.stub, greedy(40, request_id="shared-id"), bearer(ALICE))
         self.assertTrue(alice.first.wait(60), "alice's stream did not start")
         self.assertFalse(self.cancel(BOB, "shared-id"))
         # Bob's own request may carry the same id.
@@ -316,7 +317,7 @@ class TlsAndTokensTest(SecureServerTestCase):
         self.assertTrue(alice.join(), "alice's stream did not end")
         self.assertEqual(alice.code, grpc.StatusCode.OK)
         self.assertEqual(alice.finish_reason, pb.FINISH_REASON_LENGTH)
-        self.assertEqual(alice.tokens, 150)
+        self.assertEqual(alice.tokens, 40)
 
     def test_cancel_any_permission_cancels_every_callers_request(self):
         alice = Stream(self.stub, greedy(1000, request_id="admin-cancels"), bearer(ALICE))
@@ -361,10 +362,13 @@ class TlsAndTokensTest(SecureServerTestCase):
 
 class ReloadTest(SecureServerTestCase):
     NAME = "reload"
+    # A 100-token stream lasts at least 5 s: it is still running when the
+    # reload (a SIGHUP, or the 1 s file watcher) has happened.
+    EXTRA_FLAGS = ("--step_delay_ms=50",)
 
     def test_sighup_swaps_tokens_while_a_stream_runs(self):
         # Bob's stream is running when his token is removed: it finishes.
-        bob = Stream(self.stub, greedy(1000, request_id="running"), bearer(BOB))
+        bob = Stream(self.stub, greedy(100, request_id="running"), bearer(BOB))
         self.assertTrue(bob.first.wait(60), "bob's stream did not start")
         write_file(self.tokens_file, "%s alice\n%s carol\n%s root admin\n" % (ALICE, CAROL, ROOT))
         self.server.signal(signal.SIGHUP)
@@ -379,7 +383,7 @@ class ReloadTest(SecureServerTestCase):
         self.assertTrue(bob.join(), "bob's stream did not end")
         self.assertEqual(bob.code, grpc.StatusCode.OK)
         self.assertEqual(bob.finish_reason, pb.FINISH_REASON_LENGTH)
-        self.assertEqual(bob.tokens, 1000)
+        self.assertEqual(bob.tokens, 100)
         self.assertTrue(self.server.running())
         self.assertIn("credentials reloaded", self.server.log())
 
@@ -408,7 +412,7 @@ class ReloadTest(SecureServerTestCase):
         old = ssl.PEM_cert_to_DER_cert(read(CERTS["server.pem"]).decode())
         new = ssl.PEM_cert_to_DER_cert(read(CERTS["server-renewed.pem"]).decode())
         self.assertEqual(self._server_certificate(), old)
-        stream = Stream(self.stub, greedy(1500), bearer(ALICE))
+        stream = Stream(self.stub, greedy(100), bearer(ALICE))
         self.assertTrue(stream.first.wait(60), "the stream did not start")
         # The key first, then the certificate: gRPC's watcher keeps the old
         # pair until the two match again.
@@ -421,7 +425,7 @@ class ReloadTest(SecureServerTestCase):
         self.assertTrue(stream.thread.is_alive(), "the stream ended before the renewal")
         self.assertTrue(stream.join(), "the stream did not end")
         self.assertEqual(stream.code, grpc.StatusCode.OK)
-        self.assertEqual(stream.tokens, 1500)
+        self.assertEqual(stream.tokens, 100)
         # A new channel handshakes with the renewed certificate.
         with grpc.secure_channel(self.server.address, tls_credentials()) as channel:
             stub = pb_grpc.GenerationStub(channel)
