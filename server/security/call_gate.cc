@@ -51,8 +51,13 @@ absl::Status CheckCall(const CallGate& gate, std::string_view path,
 }
 
 GatedServerCredentials::GatedServerCredentials(grpc_server_credentials* core, CallGate gate)
-    : core_(core), gate_(gate) {
-  grpc_auth_metadata_processor processor{&GatedServerCredentials::Process, nullptr, this};
+    : core_(core) {
+  // The processor's state is a copy of the gate that gRPC core owns (and
+  // frees with the core credentials): a server may outlive this wrapper,
+  // which ServerBuilder drops once the server is built.
+  grpc_auth_metadata_processor processor{&GatedServerCredentials::Process,
+                                         [](void* state) { delete static_cast<CallGate*>(state); },
+                                         new CallGate(gate)};
   grpc_server_credentials_set_auth_metadata_processor(core_, processor);
 }
 
@@ -74,7 +79,7 @@ int GatedServerCredentials::AddPortToServer(const std::string& addr, grpc_server
 void GatedServerCredentials::Process(void* state, grpc_auth_context* /*context*/,
                                      const grpc_metadata* metadata, size_t count,
                                      grpc_process_auth_metadata_done_cb done, void* user_data) {
-  const auto* self = static_cast<const GatedServerCredentials*>(state);
+  const auto* gate = static_cast<const CallGate*>(state);
   std::string_view path;
   std::string_view authorization;
   for (size_t i = 0; i < count; ++i) {
@@ -85,7 +90,7 @@ void GatedServerCredentials::Process(void* state, grpc_auth_context* /*context*/
       authorization = View(metadata[i].value);
     }
   }
-  const absl::Status status = CheckCall(self->gate_, path, authorization);
+  const absl::Status status = CheckCall(*gate, path, authorization);
   if (status.ok()) {
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
     return;

@@ -50,7 +50,8 @@ absl::Status CheckCall(const CallGate& gate, std::string_view path, std::string_
 
 class GatedServerCredentials final : public grpc::ServerCredentials {
  public:
-  // Takes ownership of `core`; `gate`'s pointers must outlive the server.
+  // Takes ownership of `core`; `gate`'s pointers must outlive the server
+  // (the gate itself is copied into gRPC core).
   GatedServerCredentials(grpc_server_credentials* core, CallGate gate);
   ~GatedServerCredentials() override;
 
@@ -64,7 +65,6 @@ class GatedServerCredentials final : public grpc::ServerCredentials {
                       size_t count, grpc_process_auth_metadata_done_cb done, void* user_data);
 
   grpc_server_credentials* const core_;
-  const CallGate gate_;
 };
 
 // Plaintext: gRPC core's insecure server credentials (the caller owns them
