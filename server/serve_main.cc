@@ -373,6 +373,13 @@ int Run() {
           "performer-serve metrics");
     }
     metrics_port = exposer->GetListeningPorts().empty() ? -1 : exposer->GetListeningPorts()[0];
+    if (!metrics_token && metrics_host != "127.0.0.1" && metrics_host != "localhost" &&
+        metrics_host != "::1" && metrics_host != "[::1]") {
+      LogEvent(level::warn,
+               "metrics are served beyond loopback without a token; set "
+               "--metrics_auth_token_file unless the network restricts who reaches them",
+               {{"metrics_host", metrics_host}});
+    }
   }
   const performer::TorchRuntimeInfo runtime =
       performer::ConfigureTorchRuntime(absl::GetFlag(FLAGS_intra_op_threads));
