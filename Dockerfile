@@ -26,7 +26,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config \
       libtorch-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
-      libabsl-dev prometheus-cpp-dev libspdlog-dev libsentencepiece-dev \
+      libabsl-dev prometheus-cpp-dev libspdlog-dev libsentencepiece-dev libssl-dev \
       nlohmann-json3-dev \
  && rm -rf /var/lib/apt/lists/*
 
@@ -71,7 +71,7 @@ LABEL org.opencontainers.image.title="performer-serve" \
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libtorch1.13 libopenblas0-openmp libgomp1 \
-      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
+      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libssl3 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
       libspdlog1.10 libfmt9 \
       libsentencepiece0 \

@@ -1,23 +1,32 @@
 // performer-serve's program: hosts the models of a model repository over
 // gRPC (performer.v1.Generation, inference.GRPCInferenceService: the Open
-// Inference Protocol, grpc.health.v1.Health, server reflection), all on one
-// port.
+// Inference Protocol, grpc.health.v1.Health, and with --reflection server
+// reflection), all on one port.
 //
 // Shutdown on SIGTERM or SIGINT: health turns NOT_SERVING at once, new
 // requests get UNAVAILABLE, running requests finish (up to --drain_timeout;
 // the rest end with UNAVAILABLE), then the process exits 0.
+//
+// Security (docs/serving.md, "Security"): TLS and mutual TLS on the gRPC
+// port, bearer tokens checked for every call of every service on it but
+// gRPC health, a token for /metrics; SIGHUP re-reads the token files, and
+// every file is re-read when it changes. Streams already open go on.
 #include "server/serve_main.h"
 
 #include <arpa/inet.h>
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <netinet/in.h>
 #include <prometheus/exposer.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -40,6 +50,11 @@
 #include "server/logging/server_log.h"
 #include "server/metrics/server_metrics.h"
 #include "server/repository/model_repository.h"
+#include "server/security/call_gate.h"
+#include "server/security/credential_reloader.h"
+#include "server/security/secret_token.h"
+#include "server/security/tls_credentials.h"
+#include "server/security/token_authenticator.h"
 #include "server/service/generation_service.h"
 #include "server/service/inference_service.h"
 
@@ -47,7 +62,9 @@
 #define PERFORMER_DEFAULT_MODEL_REPOSITORY "models"
 #endif
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(std::string, host, "0.0.0.0",
+          "Address of the gRPC port. All interfaces by default, as a container needs; on a "
+          "shared host bind 127.0.0.1 or use TLS and tokens.");
 ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "Once every model is loaded and warmed up, write the bound port here.");
@@ -99,8 +116,16 @@ ABSL_FLAG(int32_t, keepalive_min_client_ping_ms, 10000,
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, how long running requests may take to finish.");
 ABSL_FLAG(int32_t, metrics_port, 9464,
-          "Prometheus metrics port (/metrics on --host); 0 picks a free port (see "
+          "Prometheus metrics port (/metrics on --metrics_host); 0 picks a free port (see "
           "--metrics_port_file); -1 turns the exposer off.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address of the metrics endpoint. Loopback by default: metrics say what the server "
+          "hosts and how busy it is. 0.0.0.0 for a Prometheus elsewhere (with "
+          "--metrics_auth_token_file).");
+ABSL_FLAG(std::string, metrics_auth_token_file, "",
+          "File holding one token (the --auth_tokens_file syntax): /metrics then needs HTTP "
+          "basic auth with it as the password, any user name (prometheus-cpp's endpoint "
+          "supports no other scheme). Re-read on SIGHUP and on change.");
 ABSL_FLAG(std::string, metrics_port_file, "", "Once ready, write the bound metrics port here.");
 ABSL_FLAG(std::string, request_seconds_buckets, "",
           "Histogram bounds (seconds, comma-separated) for request duration, queue time and "
@@ -120,6 +145,32 @@ ABSL_FLAG(std::string, log_format, "plain",
 ABSL_FLAG(std::string, log_level, "info",
           "Lowest severity logged: trace, debug, info, warn, error or off. Requests are logged "
           "at info (OK, CANCELLED, DEADLINE_EXCEEDED), warn (refused) or error (server faults).");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain (the server's first): with --tls_key_file the gRPC port "
+          "speaks TLS only. Re-read when it changes (--credentials_reload_seconds).");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle for mutual TLS: a client without a certificate issued by one of "
+          "these CAs is refused at the handshake. Needs --tls_cert_file.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "Bearer tokens, one per line: <token> [<name> [<permission>,...]] (permissions: "
+          "priority, cancel_any, admin; docs/serving.md#security). Every call but "
+          "grpc.health.v1.Health then needs \"authorization: Bearer <token>\", else "
+          "UNAUTHENTICATED. Re-read on SIGHUP and on change.");
+ABSL_FLAG(int32_t, max_priority_unprivileged, 0,
+          "Highest request priority a caller may ask for without the \"priority\" token "
+          "permission; above it PERMISSION_DENIED. Without --auth_tokens_file no caller has "
+          "the permission.");
+ABSL_FLAG(bool, reflection, false,
+          "Serve gRPC server reflection (grpc.reflection.v1alpha) on the gRPC port; with "
+          "--auth_tokens_file it needs a token too.");
+ABSL_FLAG(int32_t, health_port, -1,
+          "A second, plaintext port on --host serving only grpc.health.v1.Health (every other "
+          "call PERMISSION_DENIED), for probes that cannot speak TLS such as the kubelet's "
+          "gRPC probe; -1 = none.");
+ABSL_FLAG(int32_t, credentials_reload_seconds, 10,
+          "How often the token files and the TLS files are checked for changes and re-read "
+          "(at least 1). SIGHUP re-reads the token files at once.");
 ABSL_FLAG(int64_t, test_stall_engine_after_steps, 0,
           "TEST HOOK: every engine blocks after this many decode steps (0 = never).");
 ABSL_FLAG(int32_t, step_delay_ms, 0,
@@ -127,6 +178,9 @@ ABSL_FLAG(int32_t, step_delay_ms, 0,
 
 namespace {
 
+using performer::server::CallGate;
+using performer::server::CredentialReloader;
+using performer::server::GatedServerCredentials;
 using performer::server::GenerationService;
 using performer::server::InferenceService;
 using performer::server::LogEvent;
@@ -164,13 +218,39 @@ int PickFreePort(const std::string& host) {
   return port;
 }
 
+// Leaves out the gRPC reflection plugin, which grpc++_reflection registers
+// for every server as soon as the library loads.
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& plugin) {
+                                    return absl::StrContains(plugin->name(), "reflection");
+                                  }),
+                   plugins->end());
+  }
+};
+
 // A start-up failure: logged, and the process exits with `code`.
 int Fail(int code, std::string_view message) {
   LogEvent(level::critical, message);
   return code;
 }
 
+// Holds gRPC initialised for the whole run: the core credentials and the
+// certificate file watcher are made before any grpc++ object that would
+// initialise the library.
+class GrpcLibrary {
+ public:
+  GrpcLibrary() { grpc_init(); }
+  ~GrpcLibrary() { grpc_shutdown(); }
+  GrpcLibrary(const GrpcLibrary&) = delete;
+  GrpcLibrary& operator=(const GrpcLibrary&) = delete;
+};
+
 int Run() {
+  const GrpcLibrary grpc_library;
   if (absl::Status s = performer::server::InitLogging(absl::GetFlag(FLAGS_log_format),
                                                       absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
@@ -183,6 +263,7 @@ int Run() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // reload credentials
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   performer::server::RepositoryOptions options;
@@ -243,21 +324,100 @@ int Run() {
                 "multiple of --prefill_chunk_tokens (a cached prefix must end where a cold "
                 "prefill ends a chunk, so that resuming from it gives the same tokens)");
   }
+  // Credentials, read and checked before anything listens, so that a bad
+  // file stops the start with a message naming it.
+  const int reload_seconds = absl::GetFlag(FLAGS_credentials_reload_seconds);
+  if (reload_seconds < 1) return Fail(2, "--credentials_reload_seconds must be at least 1");
+  performer::server::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_cert_file),
+                                        absl::GetFlag(FLAGS_tls_key_file),
+                                        absl::GetFlag(FLAGS_tls_client_ca_file)};
+  const bool tls = !tls_files.cert_file.empty();
+  if (tls_files.cert_file.empty() != tls_files.key_file.empty()) {
+    return Fail(2, "--tls_cert_file and --tls_key_file go together");
+  }
+  if (!tls && !tls_files.client_ca_file.empty()) {
+    return Fail(2, "--tls_client_ca_file needs --tls_cert_file and --tls_key_file");
+  }
+  if (tls) {
+    if (absl::Status s = performer::server::CheckTlsFiles(tls_files); !s.ok()) {
+      return Fail(2, std::string(s.message()));
+    }
+  }
+  std::unique_ptr<performer::server::TokenAuthenticator> tokens;
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens_file); !path.empty()) {
+    absl::StatusOr<std::unique_ptr<performer::server::TokenAuthenticator>> loaded =
+        performer::server::TokenAuthenticator::FromFile(path);
+    if (!loaded.ok()) {
+      return Fail(2, absl::StrCat("--auth_tokens_file: ", loaded.status().message()));
+    }
+    tokens = *std::move(loaded);
+    if (tokens->size() == 0) {
+      LogEvent(level::warn, "the token file holds no token: every call but health is refused",
+               {{"file", path}});
+    }
+    if (!tls) {
+      LogEvent(level::warn,
+               "bearer tokens without TLS: anyone on the network path can read them; set "
+               "--tls_cert_file unless the network itself is encrypted");
+    }
+  }
+  std::unique_ptr<performer::server::SecretToken> metrics_token;
+  if (const std::string path = absl::GetFlag(FLAGS_metrics_auth_token_file); !path.empty()) {
+    absl::StatusOr<std::unique_ptr<performer::server::SecretToken>> loaded =
+        performer::server::SecretToken::FromFile(path);
+    if (!loaded.ok()) {
+      return Fail(2, absl::StrCat("--metrics_auth_token_file: ", loaded.status().message()));
+    }
+    metrics_token = *std::move(loaded);
+  }
+  CredentialReloader reloader(&metrics);
+  if (tokens) {
+    reloader.Add({"auth_tokens", {tokens->path()}, [&tokens] { return tokens->Reload(); }});
+  }
+  if (metrics_token) {
+    reloader.Add({"metrics_token", {metrics_token->path()}, [&metrics_token] {
+                    return metrics_token->Reload();
+                  }});
+  }
+  if (tls) {
+    // gRPC's file watcher swaps the certificates itself; this check reports
+    // whether the new files are usable.
+    std::vector<std::string> paths = {tls_files.cert_file, tls_files.key_file};
+    if (!tls_files.client_ca_file.empty()) paths.push_back(tls_files.client_ca_file);
+    reloader.Add(
+        {"tls", paths, [tls_files] { return performer::server::CheckTlsFiles(tls_files); }});
+  }
+
   // The metrics exposer (prometheus-cpp's own HTTP server) on its own port,
   // started before the models load (its collectables are added below).
   std::unique_ptr<prometheus::Exposer> exposer;
   int metrics_port = -1;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    const int wanted = absl::GetFlag(FLAGS_metrics_port) == 0
-                           ? PickFreePort(absl::GetFlag(FLAGS_host))
-                           : absl::GetFlag(FLAGS_metrics_port);
-    const std::string metrics_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", wanted);
+    const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+    const int wanted = absl::GetFlag(FLAGS_metrics_port) == 0 ? PickFreePort(metrics_host)
+                                                              : absl::GetFlag(FLAGS_metrics_port);
+    const std::string metrics_address = absl::StrCat(metrics_host, ":", wanted);
     try {
       exposer = std::make_unique<prometheus::Exposer>(metrics_address);
     } catch (const std::exception& e) {
       return Fail(1, absl::StrCat("cannot serve metrics on ", metrics_address, ": ", e.what()));
     }
+    if (metrics_token) {
+      performer::server::SecretToken* token = metrics_token.get();
+      exposer->RegisterAuth(
+          [token](const std::string& /*user*/, const std::string& password) {
+            return token->Matches(password);
+          },
+          "performer-serve metrics");
+    }
     metrics_port = exposer->GetListeningPorts().empty() ? -1 : exposer->GetListeningPorts()[0];
+    if (!metrics_token && metrics_host != "127.0.0.1" && metrics_host != "localhost" &&
+        metrics_host != "::1" && metrics_host != "[::1]") {
+      LogEvent(level::warn,
+               "metrics are served beyond loopback without a token; set "
+               "--metrics_auth_token_file unless the network restricts who reaches them",
+               {{"metrics_host", metrics_host}});
+    }
   }
   const performer::TorchRuntimeInfo runtime =
       performer::ConfigureTorchRuntime(absl::GetFlag(FLAGS_intra_op_threads));
@@ -269,6 +429,9 @@ int Run() {
 
   performer::server::ServiceOptions service_options;
   service_options.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
+  service_options.tokens = tokens.get();
+  service_options.max_priority_unprivileged = absl::GetFlag(FLAGS_max_priority_unprivileged);
+  service_options.security_observer = &metrics;
   performer::server::RequestLog request_log;
   service_options.observers.push_back(&metrics);
   service_options.observers.push_back(&request_log);
@@ -282,12 +445,34 @@ int Run() {
   InferenceService inference_service(**repository, service_options, stall);
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (absl::GetFlag(FLAGS_reflection)) {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  } else {
+    builder.SetOption(std::make_unique<WithoutReflection>());
+  }
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  // The gate checks every call on the port, whichever service it is for.
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls || tokens) {
+    credentials = std::make_shared<GatedServerCredentials>(
+        tls ? performer::server::NewTlsCoreCredentials(tls_files, reload_seconds)
+            : performer::server::NewPlaintextCoreCredentials(),
+        CallGate{tokens.get(), /*health_only=*/false, &metrics});
+  }
+  builder.AddListeningPort(address, credentials, &port);
+  const int health_port_flag = absl::GetFlag(FLAGS_health_port);
+  int health_port = 0;
+  const std::string health_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", health_port_flag);
+  if (health_port_flag >= 0) {
+    builder.AddListeningPort(
+        health_address,
+        std::make_shared<GatedServerCredentials>(performer::server::NewPlaintextCoreCredentials(),
+                                                 CallGate{nullptr, /*health_only=*/true, nullptr}),
+        &health_port);
+  }
   builder.RegisterService(&service);
   builder.RegisterService(&inference_service);
   const int message_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
@@ -306,6 +491,9 @@ int Run() {
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) return Fail(1, absl::StrCat("could not listen on ", address));
+  if (health_port_flag >= 0 && health_port == 0) {
+    return Fail(1, absl::StrCat("could not listen on ", health_address, " (--health_port)"));
+  }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(kServiceName, true);
   health->SetServingStatus(kLivenessName, true);
@@ -351,13 +539,23 @@ int Run() {
       }
     }
   });
+  if (!reloader.empty()) reloader.StartPolling(absl::Seconds(reload_seconds));
   LogEvent(level::info, "listening",
            {{"address", absl::StrCat(absl::GetFlag(FLAGS_host), ":", port)},
+            {"tls", !tls                               ? "off"
+                    : tls_files.client_ca_file.empty() ? "on"
+                                                       : "mutual"},
+            {"auth_tokens", tokens ? static_cast<int64_t>(tokens->size()) : int64_t{-1}},
+            {"health_port", health_port_flag >= 0 ? health_port : -1},
             {"metrics_port", metrics_port},
+            {"metrics_auth", metrics_token != nullptr},
+            {"reflection", absl::GetFlag(FLAGS_reflection)},
             {"default_model", (*repository)->default_model()}});
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    reloader.ReloadAll("SIGHUP");
+  }
   LogEvent(level::info, "drain",
            {{"signal", signal_number},
             {"timeout_seconds", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_drain_timeout))}});

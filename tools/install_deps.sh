@@ -8,6 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libssl-dev openssl
   libabsl-dev prometheus-cpp-dev prometheus
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libspdlog-dev libsentencepiece-dev

@@ -28,8 +28,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +56,15 @@
 
 // Every command.
 ABSL_FLAG(std::string, server, "localhost:50051", "Server address (host:port).");
+ABSL_FLAG(bool, tls, false, "Connect with TLS, trusting the system's CAs (see --tls_ca_file).");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA bundle that the server's certificate must chain to; implies --tls.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate for a server with mutual TLS (with --tls_key_file).");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, token_file, "",
+          "File whose first token (the server's token-file syntax) is sent as "
+          "\"authorization: Bearer <token>\" with every call.");
 ABSL_FLAG(bool, json, false, "Print the response messages as JSON, one object per line.");
 ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(),
           "Deadline of each call, e.g. 30s or 500ms; 0 = none.");
@@ -99,7 +110,9 @@ constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
 
 constexpr char kUsage[] =
-    R"(usage: performer-client [--server=HOST:PORT] [--json] [--timeout=DURATION] COMMAND ...
+    R"(usage: performer-client [--server=HOST:PORT] [--json] [--timeout=DURATION]
+                       [--tls_ca_file=CA.pem [--tls_cert_file=C.pem --tls_key_file=K.pem]]
+                       [--token_file=FILE] COMMAND ...
 
 commands:
   list                     hosted models (* marks the default)
@@ -355,13 +368,67 @@ struct Client {
   std::unique_ptr<v1::Generation::Stub> stub;
   absl::Duration timeout;
   bool json = false;
+  std::string token;  // bearer token; empty = none
 
   void Prepare(grpc::ClientContext& context) const {
     if (timeout > absl::ZeroDuration()) {
       context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(timeout));
     }
+    if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
   }
 };
+
+// The whole of a small file, or an error naming `flag`.
+absl::StatusOr<std::string> ReadFileFor(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The first token of a token file: the first field of its first line that
+// is neither blank nor a comment.
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileFor("--token_file", path);
+  if (!text.ok()) return text.status();
+  std::istringstream lines(*text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string token;
+    if (fields >> token && token[0] != '#') return token;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--token_file: ", path, " holds no token"));
+}
+
+// Plaintext, or TLS when --tls or --tls_ca_file is set.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials() {
+  const std::string ca = absl::GetFlag(FLAGS_tls_ca_file);
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert_file);
+  const std::string key = absl::GetFlag(FLAGS_tls_key_file);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
+  }
+  if (!absl::GetFlag(FLAGS_tls) && ca.empty() && cert.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions options;
+  if (!ca.empty()) {
+    absl::StatusOr<std::string> roots = ReadFileFor("--tls_ca_file", ca);
+    if (!roots.ok()) return roots.status();
+    options.pem_root_certs = *roots;
+  }
+  if (!cert.empty()) {
+    absl::StatusOr<std::string> chain = ReadFileFor("--tls_cert_file", cert);
+    if (!chain.ok()) return chain.status();
+    absl::StatusOr<std::string> private_key = ReadFileFor("--tls_key_file", key);
+    if (!private_key.ok()) return private_key.status();
+    options.pem_cert_chain = *chain;
+    options.pem_private_key = *private_key;
+  }
+  return grpc::SslCredentials(options);
+}
 
 // Prints the error line and returns the exit status for `status`.
 int ReportRpcError(const grpc::Status& status, const grpc::ClientContext& context,
@@ -809,11 +876,12 @@ int RunEmbed(const Client& client, const std::vector<std::string>& words) {
 void PrintFlagHelp() {
   std::printf("%s\nflags:\n", kUsage);
   for (const char* name :
-       {"server",         "json",        "timeout",        "model",  "request_id",
-        "max_new_tokens", "temperature", "top_k",          "top_p",  "repetition_penalty",
-        "seed",           "stop",        "stop_token_ids", "tokens", "source",
-        "source_tokens",  "logprobs",    "ignore_eos",     "unary",  "priority",
-        "pooling"}) {
+       {"server",         "json",        "timeout",        "model",         "request_id",
+        "max_new_tokens", "temperature", "top_k",          "top_p",         "repetition_penalty",
+        "seed",           "stop",        "stop_token_ids", "tokens",        "source",
+        "source_tokens",  "logprobs",    "ignore_eos",     "unary",         "priority",
+        "pooling",        "tls",         "tls_ca_file",    "tls_cert_file", "tls_key_file",
+        "token_file"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;
     std::printf("  --%s  %s (default: \"%s\")\n", name, flag->Help().c_str(),
@@ -851,8 +919,15 @@ int Main(int argc, char** argv) {
   }
 
   Client client;
-  client.stub = v1::Generation::NewStub(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials();
+  if (!credentials.ok()) return usage(std::string(credentials.status().message()));
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = ReadToken(path);
+    if (!token.ok()) return usage(std::string(token.status().message()));
+    client.token = *token;
+  }
+  client.stub =
+      v1::Generation::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials));
   client.timeout = absl::GetFlag(FLAGS_timeout);
   client.json = absl::GetFlag(FLAGS_json);
 

@@ -162,7 +162,13 @@ absl::Status Engine::Submit(GenerationRequest request, std::shared_ptr<RequestSt
   return submitted;
 }
 
-bool Engine::Cancel(const std::string& request_id) { return scheduler_->Cancel(request_id); }
+bool Engine::Cancel(const std::string& request_id, const std::string& owner) {
+  return scheduler_->Cancel(request_id, owner);
+}
+
+bool Engine::CancelAnyOwner(const std::string& request_id) {
+  return scheduler_->CancelAnyOwner(request_id);
+}
 
 EngineStats Engine::Stats() const {
   const Scheduler::Counts counts = scheduler_->counts();

@@ -96,17 +96,20 @@ class Engine {
 
   // Validates the request (ValidateGenerationRequest against this model),
   // then queues it. RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
-  // when draining, ALREADY_EXISTS for a live request_id; with a session_id
-  // also the session's errors (SessionStore::Begin; FAILED_PRECONDITION
-  // where sessions are off or the model cannot keep them, OUT_OF_RANGE when
-  // the session's history and the prompt pass max_seq_len). On error
-  // nothing is written to `stream`.
+  // when draining, ALREADY_EXISTS for a live request_id of the same owner
+  // (GenerationRequest::owner); with a session_id also the session's errors
+  // (SessionStore::Begin; FAILED_PRECONDITION where sessions are off or the
+  // model cannot keep them, OUT_OF_RANGE when the session's history and the
+  // prompt leave no room). On error nothing is written to `stream`.
   absl::Status Submit(GenerationRequest request, std::shared_ptr<RequestStream> stream);
   // Validation alone (what Submit checks first).
   absl::Status Validate(const GenerationRequest& request) const;
   const RequestLimits& limits() const { return limits_; }
-  // Ends a queued or running request with kCancelled; false if unknown.
-  bool Cancel(const std::string& request_id);
+  // Ends `owner`'s queued or running request with kCancelled; false if
+  // `owner` has no live request with this id.
+  bool Cancel(const std::string& request_id, const std::string& owner = "");
+  // Ends every owner's live request with this id; false if none.
+  bool CancelAnyOwner(const std::string& request_id);
 
   EngineStats Stats() const;
   const decoding::DecoderInfo& info() const;

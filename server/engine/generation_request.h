@@ -17,7 +17,13 @@ using generation::FinishReason;
 using generation::FinishReasonName;
 
 struct GenerationRequest {
-  std::string request_id;  // unique among the engine's live requests
+  // Unique among the live requests of its owner: each caller has its own
+  // namespace of ids, so one caller can neither collide with nor cancel
+  // another's request by naming its id.
+  std::string request_id;
+  // The caller that submitted it (its token's name); "" when the server
+  // authenticates no one.
+  std::string owner;
   // Continues this session (engine.h); empty = none. At most
   // kMaxSessionIdBytes bytes.
   std::string session_id;

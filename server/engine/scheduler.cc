@@ -30,7 +30,8 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
     return absl::UnavailableError("the server is shutting down and accepts no new requests");
   }
   const std::string& id = sequence->request.request_id;
-  if (live_.count(id) != 0) {
+  const auto key = std::make_pair(sequence->request.owner, id);
+  if (live_.count(key) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("request_id ", id, " is already running"));
   }
   const int64_t queued = static_cast<int64_t>(queue_.size());
@@ -43,16 +44,16 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
   // An idle scheduler's clock starts when work arrives, so a long idle
   // period never reads as a stall.
   if (queue_.empty() && active == 0) last_activity_ = sequence->accepted;
-  live_[id] = sequence->stream;
+  live_[key] = sequence->stream;
   const int64_t priority = sequence->request.priority;
   queue_.emplace(std::make_pair(-priority, arrivals_++), std::move(sequence));
   wake_.notify_one();
   return absl::OkStatus();
 }
 
-bool Scheduler::Cancel(const std::string& request_id) {
+bool Scheduler::Cancel(const std::string& request_id, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(request_id);
+  auto it = live_.find(std::make_pair(owner, request_id));
   if (it == live_.end()) return false;
   it->second->RequestCancel(FinishReason::kCancelled);
   // The id is free from now on (the engine ends the request within an
@@ -60,6 +61,22 @@ bool Scheduler::Cancel(const std::string& request_id) {
   live_.erase(it);
   wake_.notify_one();
   return true;
+}
+
+bool Scheduler::CancelAnyOwner(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool cancelled = false;
+  for (auto it = live_.begin(); it != live_.end();) {
+    if (it->first.second != request_id) {
+      ++it;
+      continue;
+    }
+    it->second->RequestCancel(FinishReason::kCancelled);
+    it = live_.erase(it);
+    cancelled = true;
+  }
+  if (cancelled) wake_.notify_one();
+  return cancelled;
 }
 
 bool Scheduler::WaitForWork() {
@@ -76,7 +93,7 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   for (auto it = queue_.begin(); it != queue_.end();) {
     ScheduledSequence& s = *it->second;
     if (s.EndIfCancelled(s.request.deadline <= now)) {
-      auto live = live_.find(s.request.request_id);
+      auto live = live_.find(std::make_pair(s.request.owner, s.request.request_id));
       if (live != live_.end() && live->second == s.stream) live_.erase(live);
       plan.dropped.push_back(std::move(it->second));
       it = queue_.erase(it);
@@ -148,7 +165,7 @@ std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire() {
 }
 
 void Scheduler::NoteRetiredLocked(const ScheduledSequence& s, absl::Time now) {
-  auto live = live_.find(s.request.request_id);
+  auto live = live_.find(std::make_pair(s.request.owner, s.request.request_id));
   if (live != live_.end() && live->second == s.stream) live_.erase(live);
   const double seconds = absl::ToDoubleSeconds(now - s.accepted);
   mean_request_seconds_ = 0.9 * mean_request_seconds_ + 0.1 * seconds;

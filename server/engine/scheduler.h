@@ -31,7 +31,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -128,12 +127,17 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a sequence. UNAVAILABLE when draining or stopped,
-  // ALREADY_EXISTS for a live request_id, RESOURCE_EXHAUSTED when the
-  // queue is full. On error the sequence is not kept.
+  // ALREADY_EXISTS for a live request_id of the same owner,
+  // RESOURCE_EXHAUSTED when the queue is full. On error the sequence is not
+  // kept.
   absl::Status Submit(std::unique_ptr<ScheduledSequence> sequence);
-  // Asks a queued or running request to end with kCancelled (its stream's
-  // cancel); false if no live request has this id.
-  bool Cancel(const std::string& request_id);
+  // Asks `owner`'s queued or running request `request_id` to end with
+  // kCancelled (its stream's cancel); false if `owner` has no live request
+  // with this id.
+  bool Cancel(const std::string& request_id, const std::string& owner = "");
+  // The same for every owner's live request with this id (an
+  // administrator's cancel); false if there is none.
+  bool CancelAnyOwner(const std::string& request_id);
 
   // Engine thread: blocks until there is work or Stop(); false when stopped.
   bool WaitForWork();
@@ -183,7 +187,8 @@ class Scheduler {
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScheduledSequence>> queue_;
   int64_t arrivals_ = 0;
   // Queued and running requests by id.
-  std::unordered_map<std::string, std::shared_ptr<RequestStream>> live_;
+  // Live requests by (owner, request_id).
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<RequestStream>> live_;
   // Changed by the engine thread only, under mu_ (so other threads may
   // count it under mu_).
   std::vector<std::unique_ptr<ScheduledSequence>> running_;

@@ -14,6 +14,7 @@ void RequestLog::OnRpcEnd(const RpcRecord& record) {
   entry.method = std::string(record.method);
   entry.status = absl::StatusCodeToString(record.status.code());
   entry.peer = record.peer;
+  entry.caller = record.caller;
   entry.duration_seconds = record.seconds;
   if (!record.status.ok()) entry.error_message = std::string(record.status.message());
   if (record.summary.has_value()) {

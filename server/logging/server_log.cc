@@ -284,6 +284,7 @@ void LogRequest(const RequestLogEntry& entry) {
   if (entry.ttft_seconds.has_value()) fields.push_back({"ttft_seconds", *entry.ttft_seconds});
   fields.push_back({"duration_seconds", entry.duration_seconds});
   if (!entry.peer.empty()) fields.push_back({"peer", entry.peer});
+  if (!entry.caller.empty()) fields.push_back({"caller", entry.caller});
   if (!entry.error_message.empty()) fields.push_back({"error", entry.error_message});
   LogEvent(level, "request", fields);
 }

@@ -99,6 +99,9 @@ struct RequestLogEntry {
   std::string status;  // gRPC code name, as in the metrics' `code` label: "OK", "CANCELLED"...
   std::string finish_reason;  // length, eos, stop_token, ...; empty when nothing was generated
   std::string peer;           // grpc::ServerContext::peer(), e.g. "ipv4:10.0.0.7:53212"
+  // The caller's token name (--auth_tokens_file); empty without tokens.
+  // Never the token itself.
+  std::string caller;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   double queue_seconds = 0;  // admission to first scheduling by the engine
@@ -120,8 +123,8 @@ spdlog::level::level_enum RequestLogLevel(std::string_view status);
 // Writes exactly one "request" event per finished RPC, at RequestLogLevel.
 // Fields, in order: request_id, method, model, status, finish_reason,
 // prompt_tokens, generated_tokens, queue_seconds, ttft_seconds,
-// duration_seconds, peer, error. finish_reason, ttft_seconds, peer and error
-// are left out when empty/absent; the rest are always present so that log
+// duration_seconds, peer, caller, error. finish_reason, ttft_seconds, peer,
+// caller and error are left out when empty/absent; the rest are always present so that log
 // queries can rely on them.
 void LogRequest(const RequestLogEntry& entry);
 

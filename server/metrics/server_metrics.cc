@@ -385,6 +385,21 @@ ServerMetrics::ServerMetrics(MetricBuckets buckets)
                               .Name("performer_model_load_seconds")
                               .Help("Time to load and warm up a model")
                               .Register(*registry_)),
+      auth_attempts_(BuildCounter()
+                         .Name("performer_auth_attempts_total")
+                         .Help("Calls checked for a bearer token, by caller (the token's name) "
+                               "and result: ok, missing or invalid")
+                         .Register(*registry_)),
+      permission_denied_(BuildCounter()
+                             .Name("performer_permission_denied_total")
+                             .Help("Authenticated calls refused for lack of a permission, by "
+                                   "caller and permission")
+                             .Register(*registry_)),
+      credentials_reloads_(BuildCounter()
+                               .Name("performer_credentials_reloads_total")
+                               .Help("Reloads of the token files and TLS certificates, by "
+                                     "credentials and result (ok, error)")
+                               .Register(*registry_)),
       process_collector_(std::make_shared<ProcessCollector>()) {}
 
 ServerMetrics::~ServerMetrics() = default;
@@ -432,6 +447,24 @@ void ServerMetrics::OnRpcEnd(const RpcRecord& record) {
       .Increment();
   request_duration_.Add({{"model", record.model}, {"method", method}}, buckets_.request_seconds)
       .Observe(record.seconds);
+}
+
+void ServerMetrics::OnAuthentication(std::string_view caller, std::string_view result) {
+  auth_attempts_.Add({{"caller", std::string(caller)}, {"result", std::string(result)}})
+      .Increment();
+}
+
+void ServerMetrics::OnPermissionDenied(std::string_view caller, Permission permission) {
+  permission_denied_
+      .Add({{"caller", std::string(caller)},
+            {"permission", std::string(PermissionName(permission))}})
+      .Increment();
+}
+
+void ServerMetrics::OnCredentialsReload(std::string_view credentials, bool ok) {
+  credentials_reloads_
+      .Add({{"credentials", std::string(credentials)}, {"result", ok ? "ok" : "error"}})
+      .Increment();
 }
 
 }  // namespace performer::server

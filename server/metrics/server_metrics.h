@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine_observer.h"
+#include "server/security/security_observer.h"
 #include "server/service/rpc_observer.h"
 
 namespace performer::server {
@@ -40,7 +41,7 @@ struct MetricBuckets {
 // are finite and strictly increasing.
 absl::StatusOr<std::vector<double>> ParseBuckets(const std::string& text, const std::string& flag);
 
-class ServerMetrics : public RpcObserver {
+class ServerMetrics : public RpcObserver, public SecurityObserver {
  public:
   explicit ServerMetrics(MetricBuckets buckets);
   ~ServerMetrics() override;
@@ -61,6 +62,11 @@ class ServerMetrics : public RpcObserver {
 
   void OnRpcStart(std::string_view method) override;
   void OnRpcEnd(const RpcRecord& record) override;
+
+  // Labelled with token names from the token file only (a bounded set).
+  void OnAuthentication(std::string_view caller, std::string_view result) override;
+  void OnPermissionDenied(std::string_view caller, Permission permission) override;
+  void OnCredentialsReload(std::string_view credentials, bool ok) override;
 
  private:
   class ModelObserver;
@@ -86,6 +92,9 @@ class ServerMetrics : public RpcObserver {
   prometheus::Family<prometheus::Histogram>& tokens_per_step_;
   prometheus::Family<prometheus::Gauge>& model_info_;
   prometheus::Family<prometheus::Gauge>& model_load_seconds_;
+  prometheus::Family<prometheus::Counter>& auth_attempts_;
+  prometheus::Family<prometheus::Counter>& permission_denied_;
+  prometheus::Family<prometheus::Counter>& credentials_reloads_;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<ModelObserver>> models_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/security/call_gate.h"
 
 namespace performer::server {
 namespace {
@@ -235,12 +236,25 @@ grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart&
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is shutting down and accepts no new requests");
   }
+  const absl::StatusOr<Caller> caller = CallerOf(*context, options.tokens);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  record.caller = caller->name;
+  if (wire.priority() > options.max_priority_unprivileged && !caller->Has(Permission::kPriority)) {
+    if (options.security_observer != nullptr) {
+      options.security_observer->OnPermissionDenied(caller->name, Permission::kPriority);
+    }
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat("priority: ", wire.priority(), " is above ", options.max_priority_unprivileged,
+                     ", the highest a caller without the \"priority\" permission may ask for"));
+  }
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
   record.model = (*model)->name;
   absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = options.buffer_tokens;
+  request->owner = caller->name;
   record.request_id = request->request_id;
   auto stream = std::make_shared<RequestStream>(options.buffer_tokens);
   // The listener is attached before the engine can produce anything.

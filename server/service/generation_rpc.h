@@ -23,6 +23,8 @@
 #include "performer/v1/generation.pb.h"
 #include "server/engine/request_stream.h"
 #include "server/repository/model_repository.h"
+#include "server/security/security_observer.h"
+#include "server/security/token_authenticator.h"
 #include "server/service/rpc_observer.h"
 
 namespace performer::server {
@@ -160,6 +162,12 @@ struct GenerationStart {
   // Overload also sets the grpc-retry-pushback-ms trailing metadata (not on
   // a stream that carries several requests).
   bool retry_pushback_metadata = true;
+  // Who may ask for what (ServiceOptions): the caller (its token's name)
+  // owns the request and its id; a priority above max_priority_unprivileged
+  // needs the "priority" permission.
+  const TokenAuthenticator* tokens = nullptr;
+  int32_t max_priority_unprivileged = 0;
+  SecurityObserver* security_observer = nullptr;
 };
 
 // Resolves the model, converts `wire` into the engine's request (tokenized,
@@ -167,7 +175,9 @@ struct GenerationStart {
 // what fits) and submits it, attaching its output through `attach`. Fills
 // `record`'s model and request id. On failure returns the status to finish
 // the request with: UNAVAILABLE when draining, NOT_FOUND / FAILED_PRECONDITION
-// for the model, INVALID_ARGUMENT from the engine's one validation
+// for the model, UNAUTHENTICATED for a token revoked since the call gate,
+// PERMISSION_DENIED for a priority the caller may not ask for,
+// INVALID_ARGUMENT from the engine's one validation
 // (ValidateGenerationRequest), RESOURCE_EXHAUSTED (with a retry hint) when
 // the model's queue is full.
 grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart& options,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
 #include "server/repository/embedder.h"
+#include "server/security/call_gate.h"
 #include "server/service/generation_rpc.h"
 
 namespace performer::server {
@@ -144,9 +145,8 @@ GenerationService::GenerationService(ModelRepository& repository, ServiceOptions
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto* writer = new StreamWriter(context, options_.observers);
-  GenerationStart start;
-  start.draining = draining_.load();
-  start.buffer_tokens = options_.stream_buffer_tokens;
+  const GenerationStart start =
+      StartSettings(options_, draining_.load(), options_.stream_buffer_tokens);
   const grpc::Status status =
       StartGeneration(repository_, start, context, *request, writer->record(),
                       [writer](const std::string& id, std::shared_ptr<RequestStream> stream) {
@@ -161,8 +161,7 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
                                                       v1::GenerateResponse* response) {
   auto* generator =
       new UnaryGenerator(context, options_.observers, "Generate", kPerformerProtocol, response);
-  GenerationStart start;
-  start.draining = draining_.load();
+  const GenerationStart start = StartSettings(options_, draining_.load(), /*buffer_tokens=*/0);
   const grpc::Status status = generator->Start(repository_, start, context, *request);
   if (!status.ok()) generator->FinishNow(status);
   return generator;
@@ -173,14 +172,24 @@ grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext*
                                                     v1::CancelResponse* response) {
   RpcScope scope(options_.observers, "Cancel", kPerformerProtocol, context);
   scope.record().request_id = request->request_id();
+  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
+  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
+  scope.record().caller = caller->name;
   if (request->request_id().empty()) {
     return AnswerNow(context, scope,
                      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                   "request_id: empty; name the request to cancel"));
   }
+  // Ids are per caller: without "cancel_any" a caller reaches only its own
+  // requests, and another caller's id is simply not found.
+  const bool any_owner = caller->Has(Permission::kCancelAny);
   bool cancelled = false;
   for (const auto& model : repository_.models()) {
-    if (model->engine && model->engine->Cancel(request->request_id())) cancelled = true;
+    if (model->engine == nullptr) continue;
+    if (any_owner ? model->engine->CancelAnyOwner(request->request_id())
+                  : model->engine->Cancel(request->request_id(), caller->name)) {
+      cancelled = true;
+    }
   }
   response->set_cancelled(cancelled);
   return AnswerNow(context, scope, grpc::Status::OK);

@@ -11,6 +11,9 @@
 
 #include "performer/v1/generation.grpc.pb.h"
 #include "server/repository/model_repository.h"
+#include "server/security/security_observer.h"
+#include "server/security/token_authenticator.h"
+#include "server/service/generation_rpc.h"
 #include "server/service/rpc_observer.h"
 
 namespace performer::server {
@@ -18,7 +21,27 @@ namespace performer::server {
 struct ServiceOptions {
   int64_t stream_buffer_tokens = 1024;  // slow-reader bound per stream
   std::vector<RpcObserver*> observers;  // not owned: metrics, request log
+  // Who calls: the bearer tokens the server's call gate checks
+  // (server/security/call_gate.h), read again here for the caller's name
+  // and permissions. Not owned; null = every caller is anonymous.
+  const TokenAuthenticator* tokens = nullptr;
+  // The highest queue priority a caller without the "priority" permission
+  // may ask for; above it PERMISSION_DENIED.
+  int32_t max_priority_unprivileged = 0;
+  SecurityObserver* security_observer = nullptr;  // not owned; may be null
 };
+
+// How a generation served with `options` starts (StartGeneration).
+inline GenerationStart StartSettings(const ServiceOptions& options, bool draining,
+                                     int64_t buffer_tokens) {
+  GenerationStart start;
+  start.draining = draining;
+  start.buffer_tokens = buffer_tokens;
+  start.tokens = options.tokens;
+  start.max_priority_unprivileged = options.max_priority_unprivileged;
+  start.security_observer = options.security_observer;
+  return start;
+}
 
 class GenerationService final : public performer::v1::Generation::CallbackService {
  public:

@@ -153,9 +153,8 @@ class InferenceService::StreamInfer final
       status = ToGrpc(InProtocolTerms(call.status()));
     } else {
       g->reply = std::move(call->reply);
-      GenerationStart start;
-      start.draining = service_.draining_.load();
-      start.buffer_tokens = service_.options_.stream_buffer_tokens;
+      GenerationStart start = StartSettings(service_.options_, service_.draining_.load(),
+                                            service_.options_.stream_buffer_tokens);
       start.retry_pushback_metadata = false;
       status = InTerms(StartGeneration(
           service_.repository_, start, context_, call->generate, g->scope.record(),
@@ -358,8 +357,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   auto* infer = new UnaryInfer(context, options_.observers, response);
-  GenerationStart start;
-  start.draining = draining_.load();
+  const GenerationStart start = StartSettings(options_, draining_.load(), /*buffer_tokens=*/0);
   infer->Begin(repository_, start, context, *request);
   return infer;
 }

@@ -25,6 +25,7 @@ struct RpcRecord {
   double seconds = 0;      // from the call's start to its end
   std::string request_id;  // generation calls
   std::string peer;
+  std::string caller;  // the token's name; "" without bearer tokens or when refused
   std::optional<StreamSummary> summary;  // generations that reached an engine
 };
 

@@ -32,6 +32,9 @@
 #               probes ask health names the server serves, and its scrape
 #               annotation is --metrics_port; the InferenceService selects
 #               that runtime (name, model format, protocol version).
+#   components  deploy/kubernetes/components/*: the flags their patches add
+#               are performer-serve's, with values it parses; probes moved
+#               to --health_port point at it and the container declares it.
 #
 # Without kubectl (not a Debian 12 package) the manifests are read as the raw
 # files that kustomization.yaml lists, every check but rendering runs, and
@@ -98,6 +101,20 @@ if command -v "${kubectl}" >/dev/null 2>&1; then
       fail "kubectl kustomize ${name} does not render: $(cat "${work}/kustomize.err")"
     rendered+=("${name}=${out}")
     echo "check_kubernetes: kubectl kustomize ${name}: rendered"
+  done
+  # Each component on top of the base: its patches must apply (its flags and
+  # ports are checked below).
+  for component in "${manifests}"/components/*/; do
+    [[ -f "${component}kustomization.yaml" ]] || continue
+    name="${component#"${root}/"}"
+    overlay="${work}/with-$(basename "${component}")"
+    mkdir -p "${overlay}"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
+      "$(realpath --relative-to="${overlay}" "${manifests}")" \
+      "$(realpath --relative-to="${overlay}" "${component}")" >"${overlay}/kustomization.yaml"
+    "${kubectl}" kustomize "${overlay}" >/dev/null 2>"${work}/kustomize.err" ||
+      fail "kubectl kustomize of the base with ${name%/} does not render: $(cat "${work}/kustomize.err")"
+    echo "check_kubernetes: kubectl kustomize the base with ${name%/}: rendered"
   done
 else
   missing+=("kubectl (not a Debian 12 package; the manifests were read unrendered)")
@@ -1065,6 +1082,50 @@ def check_kserve(image):
         errors.append(f"InferenceService: protocolVersion {model.get('protocolVersion')!r} is not "
                       "one the runtime speaks")
     check(errors, "deploy/kserve: InferenceService selects the runtime")
+def check_components():
+    """kustomize components (deploy/kubernetes/components/*): the flags their
+    patches add are performer-serve's, and probes moved to --health_port
+    point at that port, which the container declares."""
+    import yaml
+    for path in sorted(glob.glob(os.path.join(ROOT, "deploy", "kubernetes", "components", "*",
+                                              "kustomization.yaml"))):
+        label = os.path.relpath(os.path.dirname(path), ROOT)
+        errors = []
+        ops = []
+        for patch in yaml.safe_load(open(path)).get("patches", []):
+            ops += yaml.safe_load(patch.get("patch", "")) or []
+        flags = {}
+        for op in ops:
+            value = op.get("value")
+            if isinstance(value, str) and value.startswith("--"):
+                parsed = parse_flag(value)
+                if parsed is None or parsed[0] not in FLAGS:
+                    errors.append(f"{value!r} is not a flag of performer-serve")
+                else:
+                    flags[parsed[0]] = parsed[1]
+        if flags:
+            out = subprocess.run([SERVER] + [f"--{k}={v}" for k, v in flags.items()
+                                             if not k.endswith("_file")] + ["--only_check_args"],
+                                 capture_output=True, text=True, timeout=60)
+            if out.returncode != 0:
+                errors.append(f"performer-serve rejects the flags: {out.stderr.strip()}")
+        probe_ports = {op["path"]: op["value"] for op in ops
+                       if op.get("op") == "replace" and op.get("path", "").endswith("/grpc/port")}
+        container_ports = [op["value"].get("containerPort") for op in ops
+                           if op.get("path", "").endswith("/ports/-") and
+                           isinstance(op.get("value"), dict)]
+        if probe_ports:
+            health = flags.get("health_port")
+            if health is None:
+                errors.append("probes moved off --port without --health_port")
+            else:
+                for where, port in probe_ports.items():
+                    if port != int(health):
+                        errors.append(f"{where}: {port}, --health_port is {health}")
+                if int(health) not in container_ports:
+                    errors.append(f"no container port {health} for --health_port")
+        check(errors, f"{label}: flags are performer-serve's; probes on --health_port",
+              f"{len(flags)} flags")
 
 
 def main():
@@ -1109,6 +1170,7 @@ def main():
             deployed = check_objects(f"{name} (rendered)", load_rendered(path), image)
         check_health_live(deployed)
         check_kserve(image)
+        check_components()
 
     for what in skipped:
         say(f"SKIP: {what}")

@@ -227,10 +227,16 @@ class ServerError(RuntimeError):
 class Server:
     """One performer-serve process on 127.0.0.1 and a channel to it."""
 
-    def __init__(self, repository_dir, flags=(), name="server"):
+    def __init__(self, repository_dir, flags=(), name="server", channel_credentials=None,
+                 metadata=()):
+        """`channel_credentials`: grpc.ssl_channel_credentials(...) for a
+        server with TLS (default: a plaintext channel); `metadata`: sent
+        with the readiness check (a bearer token)."""
         self.repository_dir = repository_dir
         self.flags = list(flags)
         self.name = name
+        self.channel_credentials = channel_credentials
+        self.metadata = tuple(metadata)
         self.workdir = make_temp_dir(name)
         self.port_file = os.path.join(self.workdir, "port")
         self.log_path = os.path.join(self.workdir, "server.log")
@@ -281,7 +287,10 @@ class Server:
             time.sleep(0.05)
         self.port = port
         self.startup_seconds = time.monotonic() - start
-        self.channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+        if self.channel_credentials is None:
+            self.channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+        else:
+            self.channel = grpc.secure_channel("127.0.0.1:%d" % port, self.channel_credentials)
         grpc.channel_ready_future(self.channel).result(timeout=30)
         self.stub = pb_grpc.GenerationStub(self.channel)
         return self
@@ -679,8 +688,8 @@ class MetricsServer(Server):
     """A Server that also serves Prometheus metrics: --metrics_port=0
     --metrics_port_file=...; start() waits for that file too."""
 
-    def __init__(self, repository_dir, flags=(), name="server"):
-        super().__init__(repository_dir, flags, name)
+    def __init__(self, repository_dir, flags=(), name="server", **kwargs):
+        super().__init__(repository_dir, flags, name, **kwargs)
         self.metrics_port_file = os.path.join(self.workdir, "metrics_port")
         self.metrics_port = None
 

@@ -283,7 +283,10 @@ class OverloadTest(harness.ServerTestCase):
 
 class PriorityTest(harness.ServerTestCase):
     NAME = "priority"
-    FLAGS = ("--max_batch=1", "--max_queue=4", "--step_delay_ms=50")
+    # Priorities above 0 need the "priority" token permission unless the
+    # bound is raised (test_security covers the permission).
+    FLAGS = ("--max_batch=1", "--max_queue=4", "--step_delay_ms=50",
+             "--max_priority_unprivileged=5")
 
     @classmethod
     def models(cls, repo):

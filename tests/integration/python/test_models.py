@@ -26,7 +26,8 @@ RTOL = 1e-4
 
 class ModelsTest(harness.ServerTestCase):
     NAME = "models"
-    FLAGS = ("--max_batch=%d" % MAX_BATCH, "--default_model=%s" % DECODER)
+    # Reflection is off unless asked for (test_security checks the default).
+    FLAGS = ("--max_batch=%d" % MAX_BATCH, "--default_model=%s" % DECODER, "--reflection")
 
     @classmethod
     def models(cls, repo):

@@ -148,6 +148,34 @@ TEST(SchedulerTest, CancelAtEachStage) {
   EXPECT_EQ(Ids(scheduler.Schedule(absl::Now())), (std::vector<std::string>{"queued"}));
 }
 
+TEST(SchedulerTest, RequestIdsAreScopedToTheirOwner) {
+  Scheduler scheduler(Options(/*capacity=*/4));
+  auto owned = [](const std::string& id, const std::string& owner) {
+    std::unique_ptr<ScheduledSequence> s = Seq(id, 1);
+    s->request.owner = owner;
+    return s;
+  };
+  std::unique_ptr<ScheduledSequence> alice = owned("job", "alice");
+  std::unique_ptr<ScheduledSequence> bob = owned("job", "bob");
+  const std::shared_ptr<RequestStream> alice_stream = alice->stream;
+  const std::shared_ptr<RequestStream> bob_stream = bob->stream;
+  ASSERT_TRUE(scheduler.Submit(std::move(alice)).ok());
+  // The same id under another owner is another request.
+  ASSERT_TRUE(scheduler.Submit(std::move(bob)).ok());
+  EXPECT_EQ(scheduler.Submit(owned("job", "alice")).code(), absl::StatusCode::kAlreadyExists);
+  // An owner reaches only its own id; "" (anonymous) is an owner too.
+  EXPECT_FALSE(scheduler.Cancel("job"));
+  EXPECT_FALSE(scheduler.Cancel("job", "carol"));
+  EXPECT_TRUE(scheduler.Cancel("job", "bob"));
+  EXPECT_EQ(bob_stream->cancel_reason(), FinishReason::kCancelled);
+  EXPECT_EQ(alice_stream->cancel_reason(), FinishReason::kNone);
+  // Any owner's: what a "cancel_any" caller does.
+  ASSERT_TRUE(scheduler.Submit(owned("job", "")).ok());
+  EXPECT_TRUE(scheduler.CancelAnyOwner("job"));
+  EXPECT_EQ(alice_stream->cancel_reason(), FinishReason::kCancelled);
+  EXPECT_FALSE(scheduler.CancelAnyOwner("job"));
+}
+
 TEST(SchedulerTest, CancelAfterScheduleKeepsTheSequenceOutOfTheStep) {
   Scheduler scheduler(Options(/*capacity=*/2));
   ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());

@@ -32,26 +32,30 @@ class InProcessServer {
  public:
   // Loads `repository_dir` with `repository_options`, then serves it with a
   // GenerationService made with `service_options`.
+  // `credentials` (default plaintext) guard the port.
   static absl::StatusOr<std::unique_ptr<InProcessServer>> Start(
       const RepositoryOptions& repository_options, ServiceOptions service_options,
-      const std::string& repository_dir = performer::testing::RepositoryModelsRoot()) {
+      const std::string& repository_dir = performer::testing::RepositoryModelsRoot(),
+      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr) {
     absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
         ModelRepository::Load(repository_dir, repository_options);
     if (!repository.ok()) return repository.status();
-    return Serve(*std::move(repository), std::move(service_options));
+    return Serve(*std::move(repository), std::move(service_options), std::move(credentials));
   }
 
   // Serves `repository` (e.g. ModelRepository::FromModels of models a test
   // built) with a GenerationService made with `service_options`.
   static absl::StatusOr<std::unique_ptr<InProcessServer>> Serve(
-      std::unique_ptr<ModelRepository> repository, ServiceOptions service_options) {
+      std::unique_ptr<ModelRepository> repository, ServiceOptions service_options,
+      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr) {
     std::unique_ptr<InProcessServer> out(new InProcessServer());
     out->repository_ = std::move(repository);
     out->service_ = std::make_unique<GenerationService>(*out->repository_, service_options);
     out->inference_service_ = std::make_unique<InferenceService>(
         *out->repository_, service_options, /*liveness_stall=*/absl::Seconds(30));
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &out->port_);
+    builder.AddListeningPort(
+        "127.0.0.1:0", credentials ? credentials : grpc::InsecureServerCredentials(), &out->port_);
     builder.RegisterService(out->service_.get());
     builder.RegisterService(out->inference_service_.get());
     out->server_ = builder.BuildAndStart();
