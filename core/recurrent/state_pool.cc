@@ -37,11 +37,16 @@ int64_t StatePool::BytesPerSequence() const {
 }
 
 std::vector<SlotRows> StatePool::Rows(int64_t start, int64_t count, int64_t live_length) const {
+  // One view of the positions, shared by every layer (a step makes these
+  // views for every layer: each costs a dispatch).
+  const torch::Tensor positions = positions_.narrow(0, start, count);
   std::vector<SlotRows> out;
+  out.reserve(layers_.size());
   for (const std::vector<torch::Tensor>& tensors : layers_) {
     SlotRows rows;
+    rows.tensors.reserve(tensors.size());
     for (const torch::Tensor& t : tensors) rows.tensors.push_back(t.narrow(0, start, count));
-    rows.positions = positions_.narrow(0, start, count);
+    rows.positions = positions;
     rows.live_length = live_length;
     out.push_back(std::move(rows));
   }
