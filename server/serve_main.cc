@@ -13,17 +13,14 @@
 // every file is re-read when it changes. Streams already open go on.
 #include "server/serve_main.h"
 
-#include <arpa/inet.h>
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
-#include <netinet/in.h>
 #include <prometheus/exposer.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +28,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +46,7 @@
 #include "core/runtime/torch_runtime.h"
 #include "server/logging/request_log.h"
 #include "server/logging/server_log.h"
+#include "server/metrics/metrics_endpoint.h"
 #include "server/metrics/server_metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/security/call_gate.h"
@@ -57,6 +56,7 @@
 #include "server/security/token_authenticator.h"
 #include "server/service/generation_service.h"
 #include "server/service/inference_service.h"
+#include "server/service/unparsable_request.h"
 
 #ifndef PERFORMER_DEFAULT_MODEL_REPOSITORY
 #define PERFORMER_DEFAULT_MODEL_REPOSITORY "models"
@@ -79,6 +79,15 @@ ABSL_FLAG(int64_t, max_batch, 64, "Per model: at most this many sequences decode
 ABSL_FLAG(int64_t, max_queue, 256,
           "Per model: requests that may wait for a slot; beyond it RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int64_t, max_request_id_bytes, 128,
+          "Longest request_id a client may name (it is echoed in every streamed message).");
+ABSL_FLAG(int64_t, max_stop_strings, 16, "Most stop_strings one request may give.");
+ABSL_FLAG(int64_t, max_stop_string_bytes, 256, "Longest stop string, in bytes.");
+ABSL_FLAG(int64_t, max_prompt_bytes, int64_t{1} << 20,
+          "Longest prompt_text / source_text / Embed text, in bytes (checked before tokenizing).");
+ABSL_FLAG(int32_t, max_concurrent_streams, 256,
+          "Most concurrent calls one client connection may have open (HTTP/2 "
+          "SETTINGS_MAX_CONCURRENT_STREAMS); further calls wait for the client's own transport.");
 ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
           "Prompt tokens prefilled per engine step in one forward: the chunk size and the "
           "per-step prefill budget (longer prompts continue chunk by chunk in later steps).");
@@ -104,7 +113,8 @@ ABSL_FLAG(std::string, state_spill_dir, "",
 ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
           "Generated tokens a streaming client may fall behind before its stream is ended "
           "with RESOURCE_EXHAUSTED.");
-ABSL_FLAG(int64_t, max_message_bytes, 4 << 20, "Largest gRPC message received or sent.");
+ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
+          "Largest gRPC message received or sent, 1 to 2147483647 bytes.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where models run: cpu, or cuda[:N] with a CUDA LibTorch (docs/gpu.md).");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
@@ -196,28 +206,6 @@ namespace level = spdlog::level;
 constexpr char kServiceName[] = "performer.v1.Generation";
 constexpr char kLivenessName[] = "liveness";
 
-// A free TCP port on `host`, for --metrics_port=0: the exposer's HTTP server
-// (civetweb) cannot bind port 0 itself. Another process could take the port
-// between this probe and the bind; the exposer then fails with a clear error.
-int PickFreePort(const std::string& host) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = 0;
-  if (inet_pton(AF_INET, host == "0.0.0.0" ? "0.0.0.0" : host.c_str(), &address.sin_addr) != 1) {
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-  }
-  int port = -1;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 // Leaves out the gRPC reflection plugin, which grpc++_reflection registers
 // for every server as soon as the library loads.
 class WithoutReflection : public grpc::ServerBuilderOption {
@@ -278,7 +266,28 @@ int Run() {
   options.engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
   options.engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   options.engine.stall_after_steps = absl::GetFlag(FLAGS_test_stall_engine_after_steps);
-  options.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  performer::server::RequestBounds& bounds = options.engine.request_bounds;
+  bounds.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  bounds.max_request_id_bytes = absl::GetFlag(FLAGS_max_request_id_bytes);
+  bounds.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  bounds.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  bounds.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  if (bounds.max_new_tokens < 1 || bounds.max_request_id_bytes < 1 || bounds.max_stop_strings < 0 ||
+      bounds.max_stop_string_bytes < 1 || bounds.max_prompt_bytes < 1) {
+    return Fail(2,
+                "--max_new_tokens_limit, --max_request_id_bytes, --max_stop_string_bytes and "
+                "--max_prompt_bytes must be positive, --max_stop_strings non-negative");
+  }
+  // gRPC takes message sizes and stream counts as int: a larger value would
+  // wrap (4294967296 becomes 0 and refuses every message).
+  const int64_t message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (message_bytes < 1 || message_bytes > std::numeric_limits<int32_t>::max()) {
+    return Fail(2, absl::StrCat("--max_message_bytes must be 1 to ",
+                                std::numeric_limits<int32_t>::max(), ", got ", message_bytes));
+  }
+  if (absl::GetFlag(FLAGS_max_concurrent_streams) < 1) {
+    return Fail(2, "--max_concurrent_streams must be at least 1");
+  }
   options.engine.prefix_cache.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
   options.engine.prefix_cache.interval_tokens =
       absl::GetFlag(FLAGS_prefix_cache_interval_tokens) == 0
@@ -394,23 +403,15 @@ int Run() {
   int metrics_port = -1;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
-    const int wanted = absl::GetFlag(FLAGS_metrics_port) == 0 ? PickFreePort(metrics_host)
-                                                              : absl::GetFlag(FLAGS_metrics_port);
-    const std::string metrics_address = absl::StrCat(metrics_host, ":", wanted);
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(metrics_address);
-    } catch (const std::exception& e) {
-      return Fail(1, absl::StrCat("cannot serve metrics on ", metrics_address, ": ", e.what()));
-    }
-    if (metrics_token) {
-      performer::server::SecretToken* token = metrics_token.get();
-      exposer->RegisterAuth(
-          [token](const std::string& /*user*/, const std::string& password) {
-            return token->Matches(password);
-          },
-          "performer-serve metrics");
-    }
-    metrics_port = exposer->GetListeningPorts().empty() ? -1 : exposer->GetListeningPorts()[0];
+    performer::server::MetricsEndpointOptions endpoint;
+    endpoint.host = metrics_host;
+    endpoint.port = absl::GetFlag(FLAGS_metrics_port);
+    endpoint.token = metrics_token.get();
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
+        performer::server::StartMetricsEndpoint(endpoint);
+    if (!started.ok()) return Fail(1, std::string(started.status().message()));
+    exposer = *std::move(started);
+    metrics_port = performer::server::MetricsEndpointPort(*exposer);
     if (!metrics_token && metrics_host != "127.0.0.1" && metrics_host != "localhost" &&
         metrics_host != "::1" && metrics_host != "[::1]") {
       LogEvent(level::warn,
@@ -475,9 +476,16 @@ int Run() {
   }
   builder.RegisterService(&service);
   builder.RegisterService(&inference_service);
-  const int message_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.SetMaxReceiveMessageSize(message_bytes);
-  builder.SetMaxSendMessageSize(message_bytes);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::make_unique<performer::server::UnparsableRequestInterceptorFactory>(
+        service_options.observers));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             absl::GetFlag(FLAGS_max_concurrent_streams));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, absl::GetFlag(FLAGS_keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              absl::GetFlag(FLAGS_keepalive_timeout_ms));

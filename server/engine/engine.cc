@@ -35,7 +35,7 @@ RequestLimits LimitsOf(const std::string& model_name, const decoding::DecoderInf
   limits.source_vocab_size = info.source_vocab_size;
   limits.max_source_len = info.max_source_len;
   limits.has_tokenizer = tokenizer != nullptr;
-  limits.max_new_tokens = options.max_new_tokens_limit;
+  limits.bounds = options.request_bounds;
   return limits;
 }
 
@@ -195,21 +195,20 @@ bool Engine::Healthy(absl::Duration stall) const {
 
 absl::Status Engine::DeleteSession(const std::string& session_id) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   return sessions_->Delete(session_id);
 }
 
 absl::StatusOr<ExportedSession> Engine::ExportSession(const std::string& session_id) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   return sessions_->Export(session_id, absl::Now());
 }
 
 absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id,
                                               std::string_view data) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
-  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("session_id must have 1..", kMaxSessionIdBytes,
-                                                   " bytes, got ", session_id.size()));
-  }
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   const decoding::DecoderInfo& info = runner_->info();
   absl::StatusOr<decoding::EncodedState> decoded =
       decoding::DecodeState(data, options_.sessions.fingerprint, 2 * info.state_bytes_per_sequence);

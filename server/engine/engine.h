@@ -64,7 +64,7 @@ struct EngineOptions {
   int64_t prefill_chunk_tokens = 512;  // chunk size and per-iteration prefill budget
   // Prefill forwards per iteration, whatever their size (scheduler.h).
   int64_t max_prefills_per_step = 4;
-  int64_t max_new_tokens_limit = 4096;               // cap on a request's max_new_tokens
+  RequestBounds request_bounds;                      // what one request may carry
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
   // Test hook: after this many decode steps the engine blocks until Stop()
   // (a stuck engine, for the liveness check). 0 = never.

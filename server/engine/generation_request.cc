@@ -7,7 +7,38 @@
 
 namespace performer::server {
 
+absl::Status ValidateSessionId(const std::string& session_id) {
+  if (session_id.empty()) return absl::InvalidArgumentError("session_id: empty");
+  if (session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id has ", session_id.size(), " bytes; at most ", kMaxSessionIdBytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequestId(const std::string& request_id, int64_t max_bytes) {
+  if (static_cast<int64_t>(request_id.size()) > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id has ", request_id.size(), " bytes; at most ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePromptText(const std::string& text, const char* field,
+                                const RequestBounds& bounds) {
+  if (static_cast<int64_t>(text.size()) > bounds.max_prompt_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", text.size(),
+                                                   " bytes; this server takes at most ",
+                                                   bounds.max_prompt_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateGenerationRequest(const GenerationRequest& r, const RequestLimits& limits) {
+  const RequestBounds& bounds = limits.bounds;
+  if (absl::Status s = ValidateRequestId(r.request_id, bounds.max_request_id_bytes); !s.ok()) {
+    return s;
+  }
   if (r.prompt.empty()) {
     return absl::InvalidArgumentError(
         "prompt is empty: give prompt_text or prompt_tokens (for an encoder-decoder model, or "
@@ -41,9 +72,9 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens must be at least 1 (0 = the model's default), got ", max_new));
   }
-  if (max_new > limits.max_new_tokens) {
+  if (max_new > bounds.max_new_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_new_tokens ", max_new, " exceeds this server's limit of ", limits.max_new_tokens));
+        "max_new_tokens ", max_new, " exceeds this server's limit of ", bounds.max_new_tokens));
   }
   const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
   if (prompt_len + max_new > limits.max_seq_len) {
@@ -56,11 +87,23 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
   if (absl::Status s = generation::ValidateSamplingParams(r.sampling, limits.vocab_size); !s.ok()) {
     return s;
   }
-  if (r.session_id.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("session_id has ", r.session_id.size(),
-                                                   " bytes; at most ", kMaxSessionIdBytes));
+  if (!r.session_id.empty()) {
+    if (absl::Status s = ValidateSessionId(r.session_id); !s.ok()) return s;
   }
-  if (!r.sampling.stop_strings.empty() && !limits.has_tokenizer) {
+  const std::vector<std::string>& stops = r.sampling.stop_strings;
+  if (static_cast<int64_t>(stops.size()) > bounds.max_stop_strings) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_strings: ", stops.size(),
+                                                   " strings; this server takes at most ",
+                                                   bounds.max_stop_strings));
+  }
+  for (size_t i = 0; i < stops.size(); ++i) {
+    if (static_cast<int64_t>(stops[i].size()) > bounds.max_stop_string_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings[", i, "] has ", stops[i].size(),
+                                                     " bytes; this server takes at most ",
+                                                     bounds.max_stop_string_bytes));
+    }
+  }
+  if (!stops.empty() && !limits.has_tokenizer) {
     return absl::InvalidArgumentError(absl::StrCat("stop_strings: model ", limits.model_name,
                                                    " has no tokenizer, so it produces no text"));
   }

@@ -24,8 +24,7 @@ struct GenerationRequest {
   // The caller that submitted it (its token's name); "" when the server
   // authenticates no one.
   std::string owner;
-  // Continues this session (engine.h); empty = none. At most
-  // kMaxSessionIdBytes bytes.
+  // Continues this session (engine.h); empty = none (ValidateSessionId).
   std::string session_id;
   std::vector<int64_t> prompt;  // decoder prompt, non-empty
   std::vector<int64_t> source;  // encoder input (encoder-decoder models only)
@@ -42,6 +41,22 @@ struct GenerationRequest {
 
 inline constexpr size_t kMaxSessionIdBytes = 128;
 
+// What one request may carry, whatever the model: the server's bounds on
+// user input (serve_main's flags). Every field of a request that the server
+// stores, matches or echoes has one, so that no client can make it do work
+// or send bytes out of proportion to the request it is serving.
+struct RequestBounds {
+  int64_t max_new_tokens = 4096;
+  // request_id is echoed in every streamed message and in the logs.
+  int64_t max_request_id_bytes = 128;
+  // Stop strings are matched on the engine thread at every step of the
+  // request: their count and each one's length are bounded.
+  int64_t max_stop_strings = 16;
+  int64_t max_stop_string_bytes = 256;
+  // prompt_text / source_text, checked before they are tokenized.
+  int64_t max_prompt_bytes = int64_t{1} << 20;
+};
+
 // What a request is checked against: the model and the server's limits.
 struct RequestLimits {
   std::string model_name;
@@ -50,16 +65,30 @@ struct RequestLimits {
   bool needs_source = false;  // encoder-decoder
   int64_t source_vocab_size = 0;
   int64_t max_source_len = 0;
-  bool has_tokenizer = false;     // stop strings need text
-  int64_t max_new_tokens = 4096;  // the server's cap on a request's max_new_tokens
+  bool has_tokenizer = false;  // stop strings need text
+  RequestBounds bounds;
 };
 
 // The one validation of a generation request: INVALID_ARGUMENT with a
-// message naming the field (prompt_tokens, source_tokens, max_new_tokens,
-// temperature, top_k, top_p, repetition_penalty, stop_token_ids,
-// stop_strings, eos_token_id, session_id) and the offending value; OK
-// otherwise. A session's history is checked by the engine, which knows it.
+// message naming the field (request_id, prompt_tokens, source_tokens,
+// max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+// stop_token_ids, stop_strings, eos_token_id, session_id) and the offending
+// value; OK otherwise. A session's history is checked by the engine, which
+// knows it.
 absl::Status ValidateGenerationRequest(const GenerationRequest& request,
                                        const RequestLimits& limits);
+
+// A session id as every session call takes it: 1..kMaxSessionIdBytes bytes;
+// INVALID_ARGUMENT naming session_id otherwise.
+absl::Status ValidateSessionId(const std::string& session_id);
+
+// A request id named by a client (Cancel, or a request's own): at most
+// `max_bytes`; INVALID_ARGUMENT naming request_id otherwise.
+absl::Status ValidateRequestId(const std::string& request_id, int64_t max_bytes);
+
+// prompt_text / source_text before it is tokenized: at most
+// bounds.max_prompt_bytes; INVALID_ARGUMENT naming `field` otherwise.
+absl::Status ValidatePromptText(const std::string& text, const char* field,
+                                const RequestBounds& bounds);
 
 }  // namespace performer::server

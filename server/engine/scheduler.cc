@@ -36,7 +36,11 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
   }
   const int64_t queued = static_cast<int64_t>(queue_.size());
   const int64_t active = static_cast<int64_t>(running_.size());
-  if (queued >= options_.max_queue && active + queued >= options_.capacity) {
+  // The queue holds max_queue requests beyond the free slots: a burst that
+  // arrives before the next iteration admits anything is not refused
+  // while slots are free.
+  const int64_t free_slots = std::max<int64_t>(0, options_.capacity - active);
+  if (queued >= options_.max_queue + free_slots) {
     return absl::ResourceExhaustedError(
         absl::StrCat("all ", options_.capacity, " sequence slots are busy and ", queued,
                      " requests are waiting (the queue limit); retry later"));
@@ -150,9 +154,8 @@ std::vector<ScheduledSequence*> Scheduler::DecodeBatch() const {
   return batch;
 }
 
-std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire() {
+std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire(absl::Time now) {
   std::vector<std::unique_ptr<ScheduledSequence>> retired;
-  const absl::Time now = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : running_) {
     if (!s->finished() && !s->EndIfCancelled()) continue;
@@ -167,8 +170,10 @@ std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire() {
 void Scheduler::NoteRetiredLocked(const ScheduledSequence& s, absl::Time now) {
   auto live = live_.find(std::make_pair(s.request.owner, s.request.request_id));
   if (live != live_.end() && live->second == s.stream) live_.erase(live);
-  const double seconds = absl::ToDoubleSeconds(now - s.accepted);
-  mean_request_seconds_ = 0.9 * mean_request_seconds_ + 0.1 * seconds;
+  if (s.admitted == absl::InfinitePast()) return;  // never held a slot
+  const double seconds = std::max(0.0, absl::ToDoubleSeconds(now - s.admitted));
+  mean_service_seconds_ = service_timed_ ? 0.9 * mean_service_seconds_ + 0.1 * seconds : seconds;
+  service_timed_ = true;
 }
 
 std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::TakeAll() {
@@ -224,9 +229,7 @@ Scheduler::Counts Scheduler::counts() const {
 absl::Duration Scheduler::RetryHint() const {
   std::lock_guard<std::mutex> lock(mu_);
   const double capacity = static_cast<double>(std::max<int64_t>(1, options_.capacity));
-  const double queued = static_cast<double>(queue_.size());
-  const double seconds = mean_request_seconds_ * (queued + 1) / capacity;
-  return absl::Seconds(std::clamp(seconds, 0.05, 60.0));
+  return absl::Seconds(std::clamp(mean_service_seconds_ / capacity, 0.01, 60.0));
 }
 
 absl::Time Scheduler::last_activity() const {

@@ -147,8 +147,9 @@ class Scheduler {
   std::vector<ScheduledSequence*> DecodeBatch() const;
   // Ends the running sequences whose reader cancelled since Schedule, then
   // removes every finished one (their ids leave the live set at once, so a
-  // client may reuse an id as soon as it hears of the end).
-  std::vector<std::unique_ptr<ScheduledSequence>> Retire();
+  // client may reuse an id as soon as it hears of the end). `now` times
+  // their service for RetryHint.
+  std::vector<std::unique_ptr<ScheduledSequence>> Retire(absl::Time now = absl::Now());
   // After Stop(): every queued and running sequence, removed.
   std::vector<std::unique_ptr<ScheduledSequence>> TakeAll();
   const std::vector<std::unique_ptr<ScheduledSequence>>& running() const { return running_; }
@@ -169,8 +170,12 @@ class Scheduler {
     int64_t queued = 0;
   };
   Counts counts() const;
-  // The expected wait for a slot, from the mean request time: for the
-  // RESOURCE_EXHAUSTED retry hint.
+  // For the RESOURCE_EXHAUSTED retry hint: the expected time until a place
+  // in the queue frees, which is when the next running sequence retires
+  // (the head of the queue then takes its slot). With every slot busy,
+  // sequences retire on average every S / capacity, S being the mean
+  // service time (admission to retirement; time spent queued is left out,
+  // since it is itself the wait being estimated). Between 10 ms and 60 s.
   absl::Duration RetryHint() const;
   // When work arrived at an idle scheduler, or the last iteration ended.
   absl::Time last_activity() const;
@@ -194,7 +199,10 @@ class Scheduler {
   std::vector<std::unique_ptr<ScheduledSequence>> running_;
   bool draining_ = false;
   bool stopped_ = false;
-  double mean_request_seconds_ = 1.0;
+  // Mean service time of retired sequences (exponentially weighted; the
+  // first one sets it); 1 s until one has retired.
+  double mean_service_seconds_ = 1.0;
+  bool service_timed_ = false;
   absl::Time last_activity_ = absl::Now();
 };
 

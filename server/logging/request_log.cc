@@ -4,12 +4,15 @@
 
 #include "server/engine/generation_request.h"
 #include "server/logging/server_log.h"
+#include "server/logging/user_text.h"
 
 namespace performer::server {
 
 void RequestLog::OnRpcEnd(const RpcRecord& record) {
   RequestLogEntry entry;
-  entry.request_id = record.request_id;
+  // The request id may be a refused, over-long one: the line quotes it
+  // bounded.
+  entry.request_id = BoundUserText(record.request_id);
   entry.model = record.model;
   entry.method = std::string(record.method);
   entry.status = absl::StatusCodeToString(record.status.code());

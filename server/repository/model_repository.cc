@@ -235,6 +235,7 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
         absl::StrCat("--default_model ", default_model, " is not in the repository ", dir));
   }
   repository->default_model_ = default_model;
+  repository->request_bounds_ = options.engine.request_bounds;
   return repository;
 }
 

@@ -82,6 +82,9 @@ class ModelRepository {
   HostedModel* Find(const std::string& name);
   const std::vector<std::unique_ptr<HostedModel>>& models() const { return models_; }
   const std::string& default_model() const { return default_model_; }
+  // What one request may carry (RepositoryOptions::engine.request_bounds;
+  // the defaults for FromModels).
+  const RequestBounds& request_bounds() const { return request_bounds_; }
 
   void BeginDrain();
   bool WaitIdle(absl::Duration timeout);
@@ -93,6 +96,7 @@ class ModelRepository {
 
   std::vector<std::unique_ptr<HostedModel>> models_;
   std::string default_model_;
+  RequestBounds request_bounds_;
 };
 
 }  // namespace performer::server

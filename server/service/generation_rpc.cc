@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/logging/user_text.h"
 #include "server/security/call_gate.h"
 
 namespace performer::server {
@@ -27,14 +28,14 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
                                                   const grpc::CallbackServerContext& context) {
   GenerationRequest r;
   r.request_id = wire.request_id().empty() ? NewRequestId() : wire.request_id();
-  absl::StatusOr<std::vector<int64_t>> prompt =
-      Tokens(model, wire.prompt_case() == v1::GenerateRequest::kPromptText, wire.prompt_text(),
-             wire.prompt_tokens().ids(), "prompt_text");
+  absl::StatusOr<std::vector<int64_t>> prompt = Tokens(
+      model, model.engine->limits().bounds, wire.prompt_case() == v1::GenerateRequest::kPromptText,
+      wire.prompt_text(), wire.prompt_tokens().ids(), "prompt_text");
   if (!prompt.ok()) return prompt.status();
   r.prompt = std::move(*prompt);
-  absl::StatusOr<std::vector<int64_t>> source =
-      Tokens(model, wire.source_case() == v1::GenerateRequest::kSourceText, wire.source_text(),
-             wire.source_tokens().ids(), "source_text");
+  absl::StatusOr<std::vector<int64_t>> source = Tokens(
+      model, model.engine->limits().bounds, wire.source_case() == v1::GenerateRequest::kSourceText,
+      wire.source_text(), wire.source_tokens().ids(), "source_text");
   if (!source.ok()) return source.status();
   r.source = std::move(*source);
   const GenerationConfig& defaults = model.generation;
@@ -64,9 +65,9 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
   // under the server's limit; an explicit one that does not fit is refused
   // by the engine's validation.
   const int64_t room = model.max_sequence_length - static_cast<int64_t>(r.prompt.size());
-  r.sampling =
-      generation::ResolveSamplingParams(defaults.SamplingDefaults(), overrides,
-                                        std::min(model.engine->limits().max_new_tokens, room));
+  r.sampling = generation::ResolveSamplingParams(
+      defaults.SamplingDefaults(), overrides,
+      std::min(model.engine->limits().bounds.max_new_tokens, room));
   r.return_logprobs = wire.return_logprobs();
   r.priority = wire.priority();
   r.session_id = wire.session_id();
@@ -94,11 +95,12 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_text,
-                                            const std::string& text,
+absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const RequestBounds& bounds,
+                                            bool has_text, const std::string& text,
                                             const google::protobuf::RepeatedField<int32_t>& ids,
                                             const char* field) {
   if (has_text) {
+    if (absl::Status s = ValidatePromptText(text, field, bounds); !s.ok()) return s;
     if (model.tokenizer == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": model ", model.name,
@@ -116,8 +118,8 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_t
 absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name) {
   HostedModel* model = repository.Find(name);
   if (model == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("model: no model named \"", name, "\" is hosted here (see ListModels)"));
+    return absl::NotFoundError(absl::StrCat("model: no model named \"", BoundUserText(name),
+                                            "\" is hosted here (see ListModels)"));
   }
   if (model->engine == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(

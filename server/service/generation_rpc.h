@@ -34,10 +34,11 @@ grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 
 // Text or token ids of a oneof, as model tokens. `field` names the text
-// field in messages: INVALID_ARGUMENT when the model has no tokenizer or the
-// text does not encode.
-absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, bool has_text,
-                                            const std::string& text,
+// field in messages: INVALID_ARGUMENT when the text has more than
+// bounds.max_prompt_bytes (checked before tokenizing), the model has no
+// tokenizer or the text does not encode.
+absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const RequestBounds& bounds,
+                                            bool has_text, const std::string& text,
                                             const google::protobuf::RepeatedField<int32_t>& ids,
                                             const char* field);
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
+#include "server/logging/user_text.h"
 #include "server/repository/embedder.h"
 #include "server/security/call_gate.h"
 #include "server/service/generation_rpc.h"
@@ -129,11 +130,7 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
 // as for generation, and the session_id checked.
 absl::StatusOr<HostedModel*> SessionModel(ModelRepository& repository, const std::string& model,
                                           const std::string& session_id) {
-  if (session_id.empty()) return absl::InvalidArgumentError("session_id: empty");
-  if (session_id.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("session_id has ", session_id.size(), " bytes; at most ", kMaxSessionIdBytes));
-  }
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   return GeneratingModel(repository, model);
 }
 
@@ -180,6 +177,11 @@ grpc::ServerUnaryReactor* GenerationService::Cancel(grpc::CallbackServerContext*
                      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                   "request_id: empty; name the request to cancel"));
   }
+  if (absl::Status s = ValidateRequestId(request->request_id(),
+                                         repository_.request_bounds().max_request_id_bytes);
+      !s.ok()) {
+    return AnswerNow(context, scope, ToGrpc(s));
+  }
   // Ids are per caller: without "cancel_any" a caller reaches only its own
   // requests, and another caller's id is simply not found.
   const bool any_owner = caller->Has(Permission::kCancelAny);
@@ -210,10 +212,11 @@ grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContex
   RpcScope scope(options_.observers, "GetModel", kPerformerProtocol, context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return AnswerNow(context, scope,
-                     grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                  absl::StrCat("name: no model named \"", request->name(),
-                                               "\" is hosted here (see ListModels)")));
+    return AnswerNow(
+        context, scope,
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("name: no model named \"", BoundUserText(request->name()),
+                                  "\" is hosted here (see ListModels)")));
   }
   scope.record().model = model->name;
   FillModelInfo(*model, response);
@@ -249,9 +252,10 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
   }
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
-    return call->Answer(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                     absl::StrCat("model: no model named \"", request->model(),
-                                                  "\" is hosted here (see ListModels)")));
+    return call->Answer(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("model: no model named \"", BoundUserText(request->model()),
+                                  "\" is hosted here (see ListModels)")));
   }
   call->scope.record().model = model->name;
   if (model->embedder == nullptr) {
@@ -268,8 +272,8 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
                                      absl::StrCat("pooling: unknown value ", pooling)));
   }
   absl::StatusOr<std::vector<int64_t>> tokens =
-      Tokens(*model, request->input_case() == v1::EmbedRequest::kText, request->text(),
-             request->tokens().ids(), "text");
+      Tokens(*model, repository_.request_bounds(), request->input_case() == v1::EmbedRequest::kText,
+             request->text(), request->tokens().ids(), "text");
   if (!tokens.ok()) return call->Answer(ToGrpc(tokens.status()));
   grpc::ServerUnaryReactor* reactor = call->reactor;
   model->embedder->EmbedAsync(std::move(*tokens), pooling != v1::POOLING_NONE,

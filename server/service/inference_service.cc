@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/logging/user_text.h"
 #include "server/service/generation_rpc.h"
 #include "server/service/open_inference.h"
 
@@ -315,10 +316,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
   RpcScope scope(options_.observers, "ModelReady", kKServeV2Protocol, context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return AnswerNow(context, scope,
-                     grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                  absl::StrCat("name: no model named \"", request->name(),
-                                               "\" is hosted here")));
+    return AnswerNow(
+        context, scope,
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("name: no model named \"", BoundUserText(request->name()),
+                                  "\" is hosted here")));
   }
   scope.record().model = model->name;
   if (absl::Status s = CheckModelVersion(*model, request->version()); !s.ok()) {

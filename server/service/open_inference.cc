@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/generation/finish_reason.h"
+#include "server/logging/user_text.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace performer::server {
@@ -41,7 +42,7 @@ absl::StatusOr<int64_t> ElementCount(const ModelInferRequest::InferInputTensor& 
   int64_t count = 1;
   for (int64_t dim : input.shape()) {
     if (dim < 0 || dim > kMaxElements || count * dim > kMaxElements) {
-      return Invalid(absl::StrCat("input ", input.name()),
+      return Invalid(absl::StrCat("input ", BoundUserText(input.name())),
                      absl::StrCat("shape [", absl::StrJoin(input.shape(), ","),
                                   "] is not a valid tensor shape"));
     }
@@ -91,9 +92,10 @@ void AppendRawBytes(std::string_view element, std::string* out) {
 // One input's elements, from its contents or its raw contents.
 absl::StatusOr<std::string> TextElement(const ModelInferRequest::InferInputTensor& input,
                                         const std::string* raw, int64_t count) {
-  const std::string what = absl::StrCat("input ", input.name());
+  const std::string what = absl::StrCat("input ", BoundUserText(input.name()));
   if (input.datatype() != kBytes) {
-    return Invalid(what, absl::StrCat("datatype is ", input.datatype(), "; it takes BYTES"));
+    return Invalid(
+        what, absl::StrCat("datatype is ", BoundUserText(input.datatype()), "; it takes BYTES"));
   }
   std::vector<std::string> elements;
   if (raw != nullptr) {
@@ -116,9 +118,10 @@ absl::StatusOr<std::string> TextElement(const ModelInferRequest::InferInputTenso
 
 absl::StatusOr<std::vector<int32_t>> IdElements(const ModelInferRequest::InferInputTensor& input,
                                                 const std::string* raw, int64_t count) {
-  const std::string what = absl::StrCat("input ", input.name());
+  const std::string what = absl::StrCat("input ", BoundUserText(input.name()));
   if (input.datatype() != kInt32) {
-    return Invalid(what, absl::StrCat("datatype is ", input.datatype(), "; it takes INT32"));
+    return Invalid(
+        what, absl::StrCat("datatype is ", BoundUserText(input.datatype()), "; it takes INT32"));
   }
   std::vector<int32_t> ids;
   if (raw != nullptr) {
@@ -159,7 +162,7 @@ const char* KindName(const InferParameter& p) {
 }
 
 absl::Status WrongKind(const std::string& name, const InferParameter& p, const char* wanted) {
-  return Invalid(absl::StrCat("parameter ", name),
+  return Invalid(absl::StrCat("parameter ", BoundUserText(name)),
                  absl::StrCat("takes ", wanted, ", got ", KindName(p)));
 }
 
@@ -171,7 +174,7 @@ absl::StatusOr<int64_t> IntParameter(const std::string& name, const InferParamet
     value = p.int64_param();
   } else if (p.parameter_choice_case() == InferParameter::kUint64Param) {
     if (p.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Invalid(absl::StrCat("parameter ", name),
+      return Invalid(absl::StrCat("parameter ", BoundUserText(name)),
                      absl::StrCat(p.uint64_param(), " is out of range [", lo, ", ", hi, "]"));
     }
     value = static_cast<int64_t>(p.uint64_param());
@@ -179,7 +182,7 @@ absl::StatusOr<int64_t> IntParameter(const std::string& name, const InferParamet
     return WrongKind(name, p, "an integer (int64_param or uint64_param)");
   }
   if (value < lo || value > hi) {
-    return Invalid(absl::StrCat("parameter ", name),
+    return Invalid(absl::StrCat("parameter ", BoundUserText(name)),
                    absl::StrCat(value, " is out of range [", lo, ", ", hi, "]"));
   }
   return value;
@@ -253,7 +256,7 @@ absl::Status ApplyParameter(const std::string& name, const InferParameter& p,
     }
     return absl::OkStatus();
   }
-  return Invalid(absl::StrCat("parameter ", name),
+  return Invalid(absl::StrCat("parameter ", BoundUserText(name)),
                  absl::StrCat("unknown; the parameters are ", kInferParameters));
 }
 
@@ -268,7 +271,7 @@ absl::Status ApplyInputs(const ModelInferRequest& request, const HostedModel& mo
   std::set<std::string> seen;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const ModelInferRequest::InferInputTensor& input = request.inputs(i);
-    const std::string what = absl::StrCat("input ", input.name());
+    const std::string what = absl::StrCat("input ", BoundUserText(input.name()));
     if (!seen.insert(input.name()).second) return Invalid(what, "sent twice");
     if (raw && input.has_contents() && input.contents().ByteSizeLong() > 0) {
       return Invalid(what, "has contents although the request uses raw_input_contents");

@@ -125,6 +125,18 @@ TEST(SchedulerTest, RefusesWhenTheQueueIsFullDuplicatesAndWhileDraining) {
   EXPECT_EQ(scheduler.Submit(Seq("d", 1)).code(), absl::StatusCode::kUnavailable);
 }
 
+// Requests that arrive together, before an iteration admits any, take the
+// free slots and max_queue places beyond them.
+TEST(SchedulerTest, ABurstFillsTheFreeSlotsAndTheQueue) {
+  Scheduler scheduler(Options(/*capacity=*/3, 8, 4, /*max_queue=*/2));
+  for (const char* id : {"a", "b", "c", "d", "e"}) ASSERT_TRUE(scheduler.Submit(Seq(id, 1)).ok());
+  EXPECT_EQ(scheduler.Submit(Seq("f", 1)).code(), absl::StatusCode::kResourceExhausted);
+  Feed(scheduler.Schedule(absl::Now()));
+  EXPECT_EQ(scheduler.counts().active, 3);
+  EXPECT_EQ(scheduler.counts().queued, 2);
+  EXPECT_EQ(scheduler.Submit(Seq("f", 1)).code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(SchedulerTest, CancelAtEachStage) {
   Scheduler scheduler(Options(/*capacity=*/1, /*chunk=*/2));
   ASSERT_TRUE(scheduler.Submit(Seq("running", 4)).ok());
@@ -216,6 +228,44 @@ TEST(SchedulerTest, DrainWaitsForIdleAndStopHandsEverythingBack) {
   EXPECT_EQ(scheduler.TakeAll().size(), 2u);
   EXPECT_TRUE(scheduler.WaitIdle(absl::Seconds(5)));
   EXPECT_EQ(scheduler.counts().active, 0);
+}
+
+}  // namespace
+}  // namespace performer::server
+
+namespace performer::server {
+namespace {
+
+// The retry hint of a full queue is the time until the next slot frees: the
+// mean service time over the slots, whatever time the requests spent
+// queued (which is the wait being estimated, not part of it).
+TEST(SchedulerTest, RetryHintIsTheServiceTimeOverTheSlots) {
+  Scheduler scheduler(Options(/*capacity=*/2, /*chunk=*/8, /*max_prefills=*/4, /*max_queue=*/1));
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(scheduler.Submit(Seq("a", 2)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("b", 2)).ok());
+  // Admitted long after they were accepted: queueing time is not service.
+  IterationPlan plan = scheduler.Schedule(t0 + absl::Seconds(100));
+  Feed(plan);
+  ASSERT_TRUE(scheduler.Submit(Seq("c", 2)).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(scheduler.Submit(Seq("d", 2))));
+  for (const auto& s : scheduler.running()) s->End(FinishReason::kLength);
+  ASSERT_EQ(scheduler.Retire(t0 + absl::Seconds(104)).size(), 2u);
+  // Served 4 s each, 2 slots: a slot frees every 2 s.
+  EXPECT_NEAR(absl::ToDoubleSeconds(scheduler.RetryHint()), 2.0, 1e-6);
+  // A request that never got a slot (cancelled while queued) says nothing
+  // of the service time.
+  ASSERT_TRUE(scheduler.Cancel("c"));
+  plan = scheduler.Schedule(t0 + absl::Seconds(104));
+  ASSERT_EQ(plan.dropped.size(), 1u);
+  EXPECT_TRUE(plan.prefills.empty());
+  EXPECT_NEAR(absl::ToDoubleSeconds(scheduler.RetryHint()), 2.0, 1e-6);
+  // The mean moves by a tenth of each new service time.
+  ASSERT_TRUE(scheduler.Submit(Seq("e", 2)).ok());
+  Feed(scheduler.Schedule(t0 + absl::Seconds(110)));
+  scheduler.running()[0]->End(FinishReason::kLength);
+  ASSERT_EQ(scheduler.Retire(t0 + absl::Seconds(111)).size(), 1u);
+  EXPECT_NEAR(absl::ToDoubleSeconds(scheduler.RetryHint()), (0.9 * 4.0 + 0.1 * 1.0) / 2, 1e-6);
 }
 
 }  // namespace

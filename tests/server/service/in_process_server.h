@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,7 @@
 #include "server/repository/model_repository.h"
 #include "server/service/generation_service.h"
 #include "server/service/inference_service.h"
+#include "server/service/unparsable_request.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::server::in_process {
@@ -58,6 +60,10 @@ class InProcessServer {
         "127.0.0.1:0", credentials ? credentials : grpc::InsecureServerCredentials(), &out->port_);
     builder.RegisterService(out->service_.get());
     builder.RegisterService(out->inference_service_.get());
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(
+        std::make_unique<UnparsableRequestInterceptorFactory>(service_options.observers));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
     out->server_ = builder.BuildAndStart();
     if (out->server_ == nullptr || out->port_ == 0) {
       out->repository_->Stop();

@@ -1,0 +1,179 @@
+"""Hostile but fair input to the real server, each a regression test: a
+request that does not parse, an out-of-range --max_message_bytes,
+half-open connections to /metrics, and the accuracy of the retry hint a
+refused request gets."""
+
+import socket
+import subprocess
+import threading
+import time
+import unittest
+
+import grpc
+
+import harness
+from harness import pb
+
+DECODER = "lm_causal_default"      # vocab 100, max_seq_len 48, no tokenizer
+ENCODER = "lm_bidir_padmask"       # bidirectional: Embed only
+# A GenerateRequest whose field 2 (model, a string) holds bytes that are not
+# UTF-8: it does not parse as the message type.
+UNPARSABLE = bytes([0x12, 0x02, 0xFF, 0xFE])
+
+
+class UnparsableRequestTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        repo = harness.ModelRepository("hostile")
+        repo.add_required(DECODER, ENCODER)
+        cls.server = harness.MetricsServer(repo.dir, (f"--default_model={DECODER}",
+                                                      "--max_prompt_bytes=64"),
+                                           name="hostile").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def raw_call(self, method, streaming):
+        path = "/performer.v1.Generation/" + method
+        if streaming:
+            call = self.server.channel.unary_stream(path, request_serializer=None,
+                                                    response_deserializer=None)
+            try:
+                list(call(UNPARSABLE, timeout=30))
+            except grpc.RpcError as e:
+                return e.code(), e.details()
+            return grpc.StatusCode.OK, ""
+        call = self.server.channel.unary_unary(path, request_serializer=None,
+                                               response_deserializer=None)
+        try:
+            call(UNPARSABLE, timeout=30)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+        return grpc.StatusCode.OK, ""
+
+    def test_unparsable_request_is_invalid_argument_logged_and_counted(self):
+        for method, streaming in (("Generate", False), ("GenerateStream", True)):
+            code, details = self.raw_call(method, streaming)
+            self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT, details)
+            self.assertIn("UTF-8", details)
+            self.assertIn(method, details)
+        samples = self.server.metrics()
+        for method in ("Generate", "GenerateStream"):
+            # No model: the request did not get as far as naming one.
+            counted = harness.metric_values(samples, "performer_requests_total", method=method,
+                                            code="INVALID_ARGUMENT", model="")
+            self.assertEqual(sum(counted), 1.0, "%s: %s" % (method, counted))
+        log = self.server.log()
+        self.assertIn("does not parse", log)
+        # The server goes on serving.
+        response = self.server.stub.Generate(harness.request(DECODER, [1, 2], max_new_tokens=2),
+                                             timeout=30)
+        self.assertEqual(len(response.token_ids), 2)
+
+    def test_text_is_bounded_before_tokenizing(self):
+        long_text = "x" * 65
+        for call in (lambda: self.server.stub.Generate(
+                         pb.GenerateRequest(model=DECODER, prompt_text=long_text), timeout=30),
+                     lambda: self.server.stub.Embed(
+                         pb.EmbedRequest(model=ENCODER, text=long_text), timeout=30)):
+            with self.assertRaises(grpc.RpcError) as refused:
+                call()
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("65 bytes", refused.exception.details())
+            self.assertIn("at most 64", refused.exception.details())
+
+    def test_half_open_connections_do_not_block_scrapes(self):
+        # Connections that never send a request: each holds a worker of the
+        # metrics endpoint until its request timeout.
+        idle = [socket.create_connection(("127.0.0.1", self.server.metrics_port), timeout=5)
+                for _ in range(4)]
+        try:
+            start = time.monotonic()
+            text = self.server.metrics_text(timeout=10)
+            self.assertIn("performer_model_info", text)
+            self.assertLess(time.monotonic() - start, 10)
+        finally:
+            for s in idle:
+                s.close()
+
+
+class StartupFlagTest(unittest.TestCase):
+    def test_max_message_bytes_beyond_32_bits_is_refused_at_start(self):
+        repo = harness.ModelRepository("message_bytes")
+        repo.add_required(DECODER)
+        for value in ("4294967296", "0"):
+            proc = subprocess.run(
+                [harness.server_binary(), "--model_repository=%s" % repo.dir, "--port=0",
+                 "--host=127.0.0.1", "--metrics_port=-1", "--max_message_bytes=%s" % value],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+            output = (proc.stdout + proc.stderr).decode(errors="replace")
+            self.assertEqual(proc.returncode, 2, output)
+            self.assertIn("--max_message_bytes", output)
+
+
+class RetryHintTest(unittest.TestCase):
+    """One slot, no queue, steps slowed to a known pace: a refused request's
+    grpc-retry-pushback-ms is close to the time until a retry succeeds."""
+
+    @classmethod
+    def setUpClass(cls):
+        repo = harness.ModelRepository("retry_hint")
+        repo.add_required(DECODER)
+        cls.server = harness.Server(repo.dir, (f"--default_model={DECODER}", "--max_batch=1",
+                                               "--max_queue=0", "--step_delay_ms=40"),
+                                    name="retry_hint").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def long_request(self):
+        return harness.request(DECODER, [1, 2, 3], max_new_tokens=30, ignore_eos=True)
+
+    def test_retry_hint_matches_the_real_wait(self):
+        stub = self.server.stub
+        # Requests served to their end time the service.
+        for _ in range(3):
+            stub.Generate(self.long_request(), timeout=60)
+        runner = threading.Thread(target=lambda: stub.Generate(self.long_request(), timeout=60))
+        runner.start()
+        try:
+            hint_ms = None
+            refused_at = None
+            deadline = time.monotonic() + 30
+            while hint_ms is None and time.monotonic() < deadline:
+                try:
+                    stub.Generate(harness.request(DECODER, [1], max_new_tokens=1), timeout=30)
+                    time.sleep(0.01)  # the long one has not started yet
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+                    trailing = dict(e.trailing_metadata() or ())
+                    hint_ms = int(trailing["grpc-retry-pushback-ms"])
+                    refused_at = time.monotonic()
+            self.assertIsNotNone(hint_ms, "no request was refused")
+            # Retry until one is admitted: the real wait.
+            while True:
+                try:
+                    stub.Generate(harness.request(DECODER, [1], max_new_tokens=1), timeout=30)
+                    break
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+                    self.assertLess(time.monotonic() - refused_at, 30)
+                    time.sleep(0.02)
+            waited_ms = (time.monotonic() - refused_at) * 1000
+        finally:
+            runner.join(60)
+        # The hint is the whole service time of one request (one slot); the
+        # refusal came shortly after the running one started, so the real
+        # wait is most of it.
+        # (A hint that counted the queue and the wait twice was 4-5x the
+        # real wait.)
+        self.assertLess(hint_ms, 2.5 * waited_ms + 200, "hint %d ms, waited %.0f ms"
+                        % (hint_ms, waited_ms))
+        self.assertGreater(hint_ms, 0.25 * waited_ms, "hint %d ms, waited %.0f ms"
+                           % (hint_ms, waited_ms))
+
+
+if __name__ == "__main__":
+    unittest.main()
