@@ -19,6 +19,11 @@ ComputeThread::ComputeThread() {
   thread_.detach();
 }
 
+bool ComputeThread::HasWaitingWork() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !queue_.empty();
+}
+
 void ComputeThread::Post(std::function<void()> work) {
   {
     std::lock_guard<std::mutex> lock(mu_);

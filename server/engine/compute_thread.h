@@ -32,6 +32,10 @@ class ComputeThread {
   // static destructors' time).
   static ComputeThread& Get();
 
+  // True while work from other threads waits for this thread: a caller
+  // that runs a loop on it (an engine's iterations) yields between rounds.
+  bool HasWaitingWork();
+
   // Runs fn() on the compute thread and returns its result; an exception it
   // throws is rethrown here. Called on the compute thread itself, runs fn()
   // at once. Calls from several threads run one at a time, in arrival order.

@@ -255,7 +255,7 @@ void Engine::Loop() {
   // This thread waits for work; each iteration runs on the process's
   // compute thread (compute_thread.h), where all model work runs.
   while (scheduler_->WaitForWork()) {
-    if (options_.stall_after_steps > 0 && steps_.load() >= options_.stall_after_steps) {
+    if (StallHookReached()) {
       // Test hook: a stuck engine (the heartbeat stops while work waits).
       scheduler_->WaitUntilStopped();
       break;
@@ -266,13 +266,23 @@ void Engine::Loop() {
     const absl::Status status = decoding::StatusFromException("engine iteration", [&] {
       RunOnComputeThread([&] {
         c10::InferenceMode inference;
-        RunIteration();
+        // Iterations run back to back on the compute thread while this
+        // engine has work and nothing else waits for the thread: a hand-off
+        // per iteration would cost two thread wake-ups per token.
+        do {
+          RunIteration();
+        } while (scheduler_->HasWork() && !ComputeThread::Get().HasWaitingWork() &&
+                 !StallHookReached());
       });
       return absl::OkStatus();
     });
     if (!status.ok()) RunOnComputeThread([&] { FailRunning(status); });
   }
   RunOnComputeThread([&] { Shutdown(); });
+}
+
+bool Engine::StallHookReached() const {
+  return options_.stall_after_steps > 0 && steps_.load() >= options_.stall_after_steps;
 }
 
 void Engine::FailRunning(const absl::Status& status) {

@@ -148,6 +148,8 @@ class Engine {
   void RunIteration();
   // Ends every running sequence with `status` and retires it.
   void FailRunning(const absl::Status& status);
+  // The stall test hook (EngineOptions::stall_after_steps) has fired.
+  bool StallHookReached() const;
   void Shutdown();
   // Where a new sequence starts: its session's state, or the prefix cache's.
   absl::Status PrepareResume(ScheduledSequence& sequence);

@@ -89,6 +89,11 @@ bool Scheduler::WaitForWork() {
   return !stopped_;
 }
 
+bool Scheduler::HasWork() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !stopped_ && (!queue_.empty() || !running_.empty());
+}
+
 IterationPlan Scheduler::Schedule(absl::Time now) {
   IterationPlan plan;
   std::lock_guard<std::mutex> lock(mu_);

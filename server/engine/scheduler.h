@@ -141,6 +141,8 @@ class Scheduler {
 
   // Engine thread: blocks until there is work or Stop(); false when stopped.
   bool WaitForWork();
+  // Engine thread: true if there is work now (WaitForWork without waiting).
+  bool HasWork() const;
   IterationPlan Schedule(absl::Time now);
   // Every running sequence that has a token to feed: not finished, not
   // cancelled, its prompt complete.

@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration", "python"))
 import grpc  # noqa: E402
 
 import harness  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from harness import pb, pb_grpc  # noqa: E402
 
 MODEL = "lm_causal_default"  # vocab 100, max_seq_len 48
@@ -346,7 +347,14 @@ class Run:
         while time.monotonic() < deadline and sum(self.model_counts()) < CAPACITY:
             time.sleep(0.005)
         self.server.signal(signal.SIGTERM)
-        time.sleep(0.02)
+        # Once the server reports NOT_SERVING it is draining.
+        health = health_pb2_grpc.HealthStub(self.server.channel)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            if status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                break
+            time.sleep(0.002)
         try:
             self.stub.Generate(request(0), timeout=10)
             late = "OK"
