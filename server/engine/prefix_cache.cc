@@ -76,7 +76,6 @@ void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
   if (auto it = FindLocked(prompt, length); it != lru_.end()) EraseLocked(it);
   stats_.bytes += entry.bytes;
   ++stats_.entries;
-  ++stats_.inserts;
   lru_.push_front(std::move(entry));
   index_.emplace(KeyOf(prompt, length), lru_.begin());
   EvictLocked();

@@ -22,7 +22,6 @@ struct PrefixCacheStats {
   int64_t queries = 0;        // lookups (requests that could use the cache)
   int64_t hits = 0;           // lookups that found a prefix
   int64_t cached_tokens = 0;  // prompt tokens served from cached states
-  int64_t inserts = 0;
   int64_t evictions = 0;
   int64_t entries = 0;
   int64_t bytes = 0;
