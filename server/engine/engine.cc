@@ -25,6 +25,13 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// The session store's key of `owner`'s session `id`: each caller has its
+// own namespace of session ids, as of request ids. Caller names hold no
+// "/" (token_file.h); the anonymous caller's ids are their own keys.
+std::string SessionKey(const std::string& owner, const std::string& id) {
+  return owner.empty() ? id : absl::StrCat(owner, "/", id);
+}
+
 RequestLimits LimitsOf(const std::string& model_name, const decoding::DecoderInfo& info,
                        const Tokenizer* tokenizer, const EngineOptions& options) {
   RequestLimits limits;
@@ -96,8 +103,8 @@ bool Engine::ReusesStates() const {
 }
 
 absl::Status Engine::PrepareResume(ScheduledSequence& s) {
-  const std::string& session = s.request.session_id;
-  if (!session.empty()) {
+  if (!s.request.session_id.empty()) {
+    const std::string session = SessionKey(s.request.owner, s.request.session_id);
     if (!sessions_->enabled()) {
       return absl::FailedPreconditionError(
           ReusesStates() ? std::string("sessions are off on this server (--session_bytes=0)")
@@ -122,10 +129,10 @@ absl::Status Engine::PrepareResume(ScheduledSequence& s) {
       const int64_t added = static_cast<int64_t>(s.request.prompt.size() - s.pending_tokens);
       if (seen + added + 1 > runner_->info().max_seq_len) {
         sessions_->End(session, std::nullopt, absl::Now());
-        return absl::OutOfRangeError(
-            absl::StrCat("session ", session, " has seen ", seen, " tokens; with this prompt (",
-                         added, " tokens) no new token fits in the model's max sequence length ",
-                         runner_->info().max_seq_len, ": start a new session"));
+        return absl::OutOfRangeError(absl::StrCat(
+            "session ", s.request.session_id, " has seen ", seen, " tokens; with this prompt (",
+            added, " tokens) no new token fits in the model's max sequence length ",
+            runner_->info().max_seq_len, ": start a new session"));
       }
       auto resume = std::make_shared<ResumePoint>();
       resume->state = content->state;
@@ -152,7 +159,10 @@ absl::Status Engine::Submit(GenerationRequest request, std::shared_ptr<RequestSt
   sequence->stream = std::move(stream);
   sequence->accepted = absl::Now();
   if (absl::Status s = PrepareResume(*sequence); !s.ok()) return s;
-  const std::string session = sequence->request.session_id;
+  const std::string session =
+      sequence->request.session_id.empty()
+          ? std::string()
+          : SessionKey(sequence->request.owner, sequence->request.session_id);
   absl::Status submitted = scheduler_->Submit(std::move(sequence));
   if (!submitted.ok() && !session.empty()) sessions_->End(session, std::nullopt, absl::Now());
   if (absl::IsResourceExhausted(submitted)) {
@@ -193,20 +203,21 @@ bool Engine::Healthy(absl::Duration stall) const {
   return !has_work || absl::Now() - last_step_time() < stall;
 }
 
-absl::Status Engine::DeleteSession(const std::string& session_id) {
+absl::Status Engine::DeleteSession(const std::string& session_id, const std::string& owner) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  return sessions_->Delete(session_id);
+  return sessions_->Delete(SessionKey(owner, session_id));
 }
 
-absl::StatusOr<ExportedSession> Engine::ExportSession(const std::string& session_id) {
+absl::StatusOr<ExportedSession> Engine::ExportSession(const std::string& session_id,
+                                                      const std::string& owner) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  return sessions_->Export(session_id, absl::Now());
+  return sessions_->Export(SessionKey(owner, session_id), absl::Now());
 }
 
-absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id,
-                                              std::string_view data) {
+absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id, std::string_view data,
+                                              const std::string& owner) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   const decoding::DecoderInfo& info = runner_->info();
@@ -232,7 +243,9 @@ absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id,
   SessionState content;
   content.state = std::make_shared<const StateSnapshot>(std::move(decoded->snapshot));
   content.tokens = std::move(decoded->tokens);
-  if (absl::Status s = sessions_->Import(session_id, std::move(content), absl::Now()); !s.ok()) {
+  if (absl::Status s =
+          sessions_->Import(SessionKey(owner, session_id), std::move(content), absl::Now());
+      !s.ok()) {
     return s;
   }
   return position;
@@ -315,7 +328,8 @@ void Engine::Retire(ScheduledSequence& s) {
         updated = SessionState{std::make_shared<const StateSnapshot>(*std::move(state)), seen};
       }
     }
-    sessions_->End(s.request.session_id, std::move(updated), absl::Now());
+    sessions_->End(SessionKey(s.request.owner, s.request.session_id), std::move(updated),
+                   absl::Now());
   }
   runner_->Release(s);
   output_->Finish(s);

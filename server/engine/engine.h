@@ -128,10 +128,13 @@ class Engine {
   // off. Import checks the bytes (INVALID_ARGUMENT when corrupted or
   // malformed, FAILED_PRECONDITION for a state of another model) and the
   // state against the model (layout, position, token ids), and returns the
-  // session's position.
-  absl::Status DeleteSession(const std::string& session_id);
-  absl::StatusOr<ExportedSession> ExportSession(const std::string& session_id);
-  absl::StatusOr<int64_t> ImportSession(const std::string& session_id, std::string_view data);
+  // session's position. Session ids are scoped to their owner (the caller,
+  // GenerationRequest::owner): one caller cannot reach another's session.
+  absl::Status DeleteSession(const std::string& session_id, const std::string& owner = "");
+  absl::StatusOr<ExportedSession> ExportSession(const std::string& session_id,
+                                                const std::string& owner = "");
+  absl::StatusOr<int64_t> ImportSession(const std::string& session_id, std::string_view data,
+                                        const std::string& owner = "");
   // Writes every session to the spill folder (SessionStore::SpillAll).
   absl::Status SpillSessions();
 

@@ -25,6 +25,7 @@ struct GenerationRequest {
   // authenticates no one.
   std::string owner;
   // Continues this session (engine.h); empty = none (ValidateSessionId).
+  // Scoped to the owner, as request ids are.
   std::string session_id;
   std::vector<int64_t> prompt;  // decoder prompt, non-empty
   std::vector<int64_t> source;  // encoder input (encoder-decoder models only)

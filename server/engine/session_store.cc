@@ -1,5 +1,7 @@
 #include "server/engine/session_store.h"
 
+#include <openssl/evp.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +29,19 @@ absl::Time FileTime(const fs::path& path) {
   return absl::Now() + absl::FromChrono(since);
 }
 
+// 64 hex digits: a spilled session's file name, and the key of the
+// folder's and the remembered ids' tables. A digest keeps names within a
+// file system's 255 bytes whatever the id, and a cryptographic one keeps a
+// caller from crafting an id whose file is another caller's session.
+std::string Sha256Hex(const std::string& id) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(id.data(), id.size(), digest, &length, EVP_sha256(), nullptr);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
+}
+
+constexpr size_t kSha256HexDigits = 64;
+
 }  // namespace
 
 int64_t SessionState::bytes() const {
@@ -44,20 +59,23 @@ SessionStore::SessionStore(SessionOptions options) : options_(std::move(options)
     const std::string name = it->path().filename().string();
     if (!absl::EndsWith(name, kSpillSuffix)) continue;
     const std::string hex = name.substr(0, name.size() - std::strlen(kSpillSuffix));
-    const std::string id = absl::HexStringToBytes(hex);
-    if (absl::BytesToHexString(id) != hex) continue;  // not one of ours
+    if (hex.size() != kSha256HexDigits ||
+        absl::BytesToHexString(absl::HexStringToBytes(hex)) != hex) {
+      continue;  // not one of ours
+    }
     std::error_code size_error;
     const int64_t size = static_cast<int64_t>(fs::file_size(it->path(), size_error));
     if (size_error) continue;
-    spilled_[id] = {size, FileTime(it->path())};
+    spilled_[hex] = {size, FileTime(it->path())};
     ++stats_.spilled_sessions;
     stats_.spilled_bytes += size;
   }
 }
 
-std::string SessionStore::PathOf(const std::string& id) const {
-  return (fs::path(options_.spill_dir) / options_.fingerprint.model /
-          (absl::BytesToHexString(id) + kSpillSuffix))
+std::string SessionStore::FileKey(const std::string& id) { return Sha256Hex(id); }
+
+std::string SessionStore::PathOf(const std::string& file_key) const {
+  return (fs::path(options_.spill_dir) / options_.fingerprint.model / (file_key + kSpillSuffix))
       .string();
 }
 
@@ -71,8 +89,8 @@ void SessionStore::Touch(Lru::iterator record, absl::Time now) {
   lru_.splice(lru_.begin(), lru_, record);
 }
 
-void SessionStore::ForgetLocked(const std::string& id) {
-  if (dropped_.insert(id).second) dropped_order_.push_back(id);
+void SessionStore::ForgetLocked(const std::string& file_key) {
+  if (dropped_.insert(file_key).second) dropped_order_.push_back(file_key);
   while (dropped_order_.size() > options_.remembered_ids) {
     dropped_.erase(dropped_order_.front());
     dropped_order_.pop_front();
@@ -81,12 +99,12 @@ void SessionStore::ForgetLocked(const std::string& id) {
 
 absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::string& id) {
   if (auto it = index_.find(id); it != index_.end()) return it->second;
-  auto spilled = spilled_.find(id);
+  auto spilled = spilled_.find(FileKey(id));
   if (spilled == spilled_.end()) return lru_.end();
   // Back from the folder. The file is removed once it is taken, so that two
   // replicas sharing the folder do not both continue the session; one that
   // cannot be taken (another model's, corrupted) stays where it is.
-  const std::string path = PathOf(id);
+  const std::string path = PathOf(spilled->first);
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad() || !in.is_open()) {
@@ -123,27 +141,31 @@ void SessionStore::ExpireLocked(absl::Time now) {
       continue;
     }
     AddBytesLocked(*it, -1);
-    ForgetLocked(it->id);
+    ForgetLocked(FileKey(it->id));
     ++stats_.expired;
     index_.erase(it->id);
     it = lru_.erase(it);
   }
   std::vector<std::string> idle;
-  for (const auto& [id, file] : spilled_) {
-    if (file.second <= cutoff) idle.push_back(id);
+  for (const auto& [file_key, file] : spilled_) {
+    if (file.second <= cutoff) idle.push_back(file_key);
   }
-  for (const std::string& id : idle) {
-    DropSpilledLocked(id);
+  for (const std::string& file_key : idle) {
+    DropSpilledFileLocked(file_key);
     ++stats_.expired;
-    ForgetLocked(id);
+    ForgetLocked(file_key);
   }
 }
 
 bool SessionStore::DropSpilledLocked(const std::string& id) {
-  auto spilled = spilled_.find(id);
+  return DropSpilledFileLocked(FileKey(id));
+}
+
+bool SessionStore::DropSpilledFileLocked(const std::string& file_key) {
+  auto spilled = spilled_.find(file_key);
   if (spilled == spilled_.end()) return false;
   std::error_code ignored;
-  fs::remove(PathOf(id), ignored);
+  fs::remove(PathOf(file_key), ignored);
   stats_.spilled_bytes -= spilled->second.first;
   --stats_.spilled_sessions;
   spilled_.erase(spilled);
@@ -154,7 +176,7 @@ absl::Status SessionStore::WriteLocked(const Record& record) {
   absl::StatusOr<std::string> bytes =
       decoding::EncodeState(options_.fingerprint, {*record.content.state, record.content.tokens});
   if (!bytes.ok()) return bytes.status();
-  const std::string path = PathOf(record.id);
+  const std::string path = PathOf(FileKey(record.id));
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
@@ -167,7 +189,7 @@ absl::Status SessionStore::WriteLocked(const Record& record) {
   fs::rename(temporary, path, error);
   if (error)
     return absl::InternalError(absl::StrCat("cannot rename ", temporary, ": ", error.message()));
-  spilled_[record.id] = {static_cast<int64_t>(bytes->size()), record.last_used};
+  spilled_[FileKey(record.id)] = {static_cast<int64_t>(bytes->size()), record.last_used};
   ++stats_.spilled_sessions;
   stats_.spilled_bytes += static_cast<int64_t>(bytes->size());
   return absl::OkStatus();
@@ -186,7 +208,7 @@ void SessionStore::BalanceLocked() {
     if (victim == lru_.end()) return;
     const bool spilled = !options_.spill_dir.empty() && WriteLocked(*victim).ok();
     if (!spilled) {
-      ForgetLocked(victim->id);
+      ForgetLocked(FileKey(victim->id));
       ++stats_.evicted;
     }
     AddBytesLocked(*victim, -1);
@@ -202,7 +224,7 @@ absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Ti
   if (!found.ok()) return found.status();
   Lru::iterator record = *found;
   if (record == lru_.end()) {
-    if (dropped_.count(id) > 0) {
+    if (dropped_.count(FileKey(id)) > 0) {
       return absl::NotFoundError(
           absl::StrCat("session ", id,
                        " expired or was dropped to stay within the session memory; start a "
@@ -297,7 +319,7 @@ absl::Status SessionStore::Import(const std::string& id, SessionState content, a
   } else {
     AddBytesLocked(*record, -1);
   }
-  dropped_.erase(id);
+  dropped_.erase(FileKey(id));
   record->content = std::move(content);
   AddBytesLocked(*record, +1);
   Touch(record, now);

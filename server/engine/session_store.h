@@ -85,15 +85,19 @@ class SessionStore {
   };
   using Lru = std::list<Record>;
 
-  std::string PathOf(const std::string& id) const;
+  // A session's key in the spill folder and the remembered drops: the
+  // SHA-256 of its id, in hex.
+  static std::string FileKey(const std::string& id);
+  std::string PathOf(const std::string& file_key) const;
   // The record of `id`, loaded back from the spill folder if it is there;
   // end() if unknown.
   absl::StatusOr<Lru::iterator> FindLocked(const std::string& id);
   void Touch(Lru::iterator record, absl::Time now);
-  void ForgetLocked(const std::string& id);  // remembers it as dropped
+  void ForgetLocked(const std::string& file_key);  // remembers it as dropped
   void ExpireLocked(absl::Time now);
   // Removes a spilled session's file; false if there is none.
   bool DropSpilledLocked(const std::string& id);
+  bool DropSpilledFileLocked(const std::string& file_key);
   // Spills or drops idle sessions until memory is under the budget.
   void BalanceLocked();
   absl::Status WriteLocked(const Record& record);
@@ -103,9 +107,9 @@ class SessionStore {
   std::mutex mu_;
   Lru lru_;  // most recently used first
   std::unordered_map<std::string, Lru::iterator> index_;
-  // Spilled sessions: id -> (file bytes, last use).
+  // Spilled sessions: FileKey(id) -> (file bytes, last use).
   std::unordered_map<std::string, std::pair<int64_t, absl::Time>> spilled_;
-  std::unordered_set<std::string> dropped_;
+  std::unordered_set<std::string> dropped_;  // FileKey(id) of dropped sessions
   std::deque<std::string> dropped_order_;
   SessionStats stats_;
 };

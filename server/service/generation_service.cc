@@ -293,22 +293,30 @@ grpc::ServerUnaryReactor* GenerationService::DeleteSession(
     grpc::CallbackServerContext* context, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse* /*response*/) {
   RpcScope scope(options_.observers, "DeleteSession", kPerformerProtocol, context);
+  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
+  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
+  scope.record().caller = caller->name;
   absl::StatusOr<HostedModel*> model =
       SessionModel(repository_, request->model(), request->session_id());
   if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
   scope.record().model = (*model)->name;
-  return AnswerNow(context, scope, ToGrpc((*model)->engine->DeleteSession(request->session_id())));
+  return AnswerNow(context, scope,
+                   ToGrpc((*model)->engine->DeleteSession(request->session_id(), caller->name)));
 }
 
 grpc::ServerUnaryReactor* GenerationService::ExportSession(grpc::CallbackServerContext* context,
                                                            const v1::ExportSessionRequest* request,
                                                            v1::SessionState* response) {
   RpcScope scope(options_.observers, "ExportSession", kPerformerProtocol, context);
+  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
+  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
+  scope.record().caller = caller->name;
   absl::StatusOr<HostedModel*> model =
       SessionModel(repository_, request->model(), request->session_id());
   if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
   scope.record().model = (*model)->name;
-  absl::StatusOr<ExportedSession> exported = (*model)->engine->ExportSession(request->session_id());
+  absl::StatusOr<ExportedSession> exported =
+      (*model)->engine->ExportSession(request->session_id(), caller->name);
   if (!exported.ok()) return AnswerNow(context, scope, ToGrpc(exported.status()));
   response->set_model((*model)->name);
   response->set_session_id(request->session_id());
@@ -322,6 +330,9 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
                                                            const v1::ImportSessionRequest* request,
                                                            v1::ImportSessionResponse* response) {
   RpcScope scope(options_.observers, "ImportSession", kPerformerProtocol, context);
+  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
+  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
+  scope.record().caller = caller->name;
   if (draining_.load()) {
     return AnswerNow(context, scope,
                      grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -332,7 +343,7 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
   if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
   scope.record().model = (*model)->name;
   absl::StatusOr<int64_t> position =
-      (*model)->engine->ImportSession(request->session_id(), request->data());
+      (*model)->engine->ImportSession(request->session_id(), request->data(), caller->name);
   if (!position.ok()) return AnswerNow(context, scope, ToGrpc(position.status()));
   response->set_position(*position);
   return AnswerNow(context, scope, grpc::Status::OK);

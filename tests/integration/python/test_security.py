@@ -319,6 +319,22 @@ class TlsAndTokensTest(SecureServerTestCase):
         self.assertEqual(alice.finish_reason, pb.FINISH_REASON_LENGTH)
         self.assertEqual(alice.tokens, 40)
 
+    def test_a_caller_cannot_reach_another_callers_session(self):
+        turn = greedy(3)
+        turn.session_id = "shared-session"
+        self.stub.Generate(turn, timeout=RPC_TIMEOUT, metadata=bearer(ALICE))
+        export = pb.ExportSessionRequest(model=MODEL, session_id="shared-session")
+        for call in (lambda: self.stub.ExportSession(export, timeout=RPC_TIMEOUT,
+                                                     metadata=bearer(BOB)),
+                     lambda: self.stub.DeleteSession(
+                         pb.DeleteSessionRequest(model=MODEL, session_id="shared-session"),
+                         timeout=RPC_TIMEOUT, metadata=bearer(BOB))):
+            with self.assertRaises(grpc.RpcError) as refused:
+                call()
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.NOT_FOUND)
+        state = self.stub.ExportSession(export, timeout=RPC_TIMEOUT, metadata=bearer(ALICE))
+        self.assertEqual(state.tokens, len("Once upon a time") + 3)
+
     def test_cancel_any_permission_cancels_every_callers_request(self):
         alice = Stream(self.stub, greedy(1000, request_id="admin-cancels"), bearer(ALICE))
         self.assertTrue(alice.first.wait(60), "alice's stream did not start")

@@ -177,5 +177,25 @@ TEST(SessionStoreTest, SpillAllHandsSessionsToTheNextProcess) {
   EXPECT_EQ(wrong.Begin("kept", now).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A spilled session's file is named by a digest of its key: the longest ids
+// (an owner's name, "/", 128 bytes) fit a file name and come back.
+TEST(SessionStoreTest, TheLongestIdsSpillAndComeBack) {
+  TempDir dir;
+  const std::string id = std::string(64, 'o') + "/" + std::string(128, '\xff');
+  {
+    SessionStore store(Options(1 << 20, dir.path()));
+    ASSERT_TRUE(store.Begin(id, kStart).ok());
+    store.End(id, Content(3), kStart);
+    ASSERT_TRUE(store.SpillAll().ok());
+    EXPECT_EQ(store.Stats(kStart).spilled_sessions, 1);
+  }
+  const absl::Time now = absl::Now();
+  SessionStore next(Options(1 << 20, dir.path()));
+  EXPECT_EQ(next.Stats(now).spilled_sessions, 1);
+  absl::StatusOr<SessionState> back = next.Begin(id, now);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->state->position, 3);
+}
+
 }  // namespace
 }  // namespace performer::server

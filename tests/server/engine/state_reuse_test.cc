@@ -147,6 +147,31 @@ TEST_F(StateReuseTest, TwoTurnsOfASessionEqualTheWholeHistoryAtOnce) {
   EXPECT_GT(stats.bytes, engine->info().state_bytes_per_sequence);
 }
 
+// Session ids are scoped to their owner: another caller naming the same id
+// has a session of its own and cannot export or delete the first one's.
+TEST_F(StateReuseTest, SessionsAreScopedToTheirOwner) {
+  std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
+  GenerationRequest alice = Request("a1", Bytes("Knock knock.\n"), 8);
+  alice.session_id = "chat";
+  alice.owner = "alice";
+  ASSERT_TRUE(RunToEnd(*engine, alice).summary.status.ok());
+  EXPECT_EQ(engine->ExportSession("chat", "bob").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->ExportSession("chat").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->DeleteSession("chat", "bob").code(), absl::StatusCode::kNotFound);
+  // Bob's "chat" is a new session: its turn sees only its own prompt.
+  GenerationRequest bob = Request("b1", Bytes("Hi"), 4);
+  bob.session_id = "chat";
+  bob.owner = "bob";
+  ASSERT_TRUE(RunToEnd(*engine, bob).summary.status.ok());
+  absl::StatusOr<ExportedSession> bobs = engine->ExportSession("chat", "bob");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_EQ(bobs->tokens, 2 + 4);
+  absl::StatusOr<ExportedSession> alices = engine->ExportSession("chat", "alice");
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  EXPECT_EQ(alices->tokens, 13 + 8);
+  EXPECT_EQ(engine->Stats().sessions.sessions, 2);
+}
+
 TEST_F(StateReuseTest, ExportDeleteImportContinuesAsTheUninterruptedSession) {
   std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
   const std::vector<int64_t> turn1 = Bytes("Knock knock.\n");
