@@ -241,6 +241,13 @@ absl::Status ApplyParameter(const std::string& name, const InferParameter& p,
     g->add_stop_strings(p.string_param());
     return absl::OkStatus();
   }
+  if (name == "session_id") {
+    if (p.parameter_choice_case() != InferParameter::kStringParam) {
+      return WrongKind(name, p, "a string (string_param)");
+    }
+    g->set_session_id(p.string_param());
+    return absl::OkStatus();
+  }
   if (name == "ignore_eos") {
     if (p.parameter_choice_case() != InferParameter::kBoolParam) {
       return WrongKind(name, p, "a bool (bool_param)");

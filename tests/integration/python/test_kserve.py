@@ -145,6 +145,23 @@ class KServeTest(unittest.TestCase):
                                      timeout=TIMEOUT_S)
         self.assertEqual(output_ids(short), expected_ids[:3])
 
+    def test_session_id_continues_a_performer_session(self):
+        # A turn over the Open Inference Protocol and the next one over
+        # performer.v1 are one session.
+        first = text_request(PROMPT, "kserve-turn-1", max_tokens=3)
+        first.parameters["session_id"].string_param = "kserve-chat"
+        self.stub.ModelInfer(first, timeout=TIMEOUT_S)
+        state = self.server.stub.ExportSession(
+            pb.ExportSessionRequest(model=MODEL, session_id="kserve-chat"), timeout=TIMEOUT_S)
+        self.assertEqual(state.tokens, len(PROMPT.encode("utf-8")) + 3)
+        second = text_request("and then", "kserve-turn-2", max_tokens=2)
+        second.parameters["session_id"].string_param = "kserve-chat"
+        response = self.stub.ModelInfer(second, timeout=TIMEOUT_S)
+        self.assertEqual(response.parameters["prompt_tokens"].int64_param, len("and then"))
+        state = self.server.stub.ExportSession(
+            pb.ExportSessionRequest(model=MODEL, session_id="kserve-chat"), timeout=TIMEOUT_S)
+        self.assertEqual(state.tokens, len(PROMPT.encode("utf-8")) + 3 + len("and then") + 2)
+
     def test_model_stream_infer_streams_the_unary_text(self):
         unary = self.stub.ModelInfer(text_request(PROMPT, "unary"), timeout=TIMEOUT_S)
         requests = [text_request(PROMPT, "stream-a"), text_request(PROMPT, "stream-b")]
