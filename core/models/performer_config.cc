@@ -33,7 +33,9 @@ class KeyReader {
       return;
     }
     if (!v->is_number_integer() && !v->is_boolean()) return BadType(key, "an integer", *v);
-    *out = v->get<int64_t>();
+    // A bool is an int in Python (True == 1); nlohmann refuses the
+    // conversion with an exception.
+    *out = v->is_boolean() ? int64_t{v->get<bool>()} : v->get<int64_t>();
   }
   void OptionalInt(const std::string& key, std::optional<int64_t>* out) {
     const json* v = Find(key);

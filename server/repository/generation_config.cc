@@ -42,7 +42,10 @@ absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_d
   if (!parsed.ok()) return parsed.status();
   const json& j = *parsed;
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  for (const auto& [key, value] : j.items()) {
+  for (auto item = j.begin(); item != j.end(); ++item) {
+    // Named, not structured bindings: the lambdas below capture them.
+    const std::string& key = item.key();
+    const json& value = item.value();
     auto token_id = [&](std::optional<int64_t>& out) -> absl::Status {
       if (value.is_null()) return absl::OkStatus();
       if (!value.is_number_integer() || value.get<int64_t>() < 0) {

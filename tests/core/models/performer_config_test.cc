@@ -238,5 +238,21 @@ TEST(PerformerConfigTest, MinimumParameterElementsIsALowerBound) {
   EXPECT_EQ(MinimumParameterElements(huge), UINT64_MAX);
 }
 
+// Found by tests/fuzz/model_config_fuzzer: a boolean where an integer is
+// read threw nlohmann::type_error out of the parser (and, in the server,
+// out of model loading). A bool is Python's int.
+TEST(PerformerConfigTest, BooleanIntegersAreIntegers) {
+  nlohmann::json j = MinimalLM();
+  j["depth"] = false;
+  absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("depth must be in [1, 1024], got 0"), std::string::npos)
+      << c.status();
+  j["depth"] = true;
+  c = ParsePerformerLMConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->depth, 1);
+}
+
 }  // namespace
 }  // namespace performer::models
