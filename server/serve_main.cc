@@ -5,7 +5,14 @@
 //
 // Shutdown on SIGTERM or SIGINT: health turns NOT_SERVING at once, new
 // requests get UNAVAILABLE, running requests finish (up to --drain_timeout;
-// the rest end with UNAVAILABLE), then the process exits 0.
+// the rest end with UNAVAILABLE), then the process exits 0. Before the
+// models have loaded, SIGTERM or SIGINT ends the process at once with status
+// 128 + the signal number (nothing is served yet, and loading cannot be
+// interrupted).
+//
+// A model folder that fails to load stops the start (exit 1, the folder and
+// the reason logged) unless --skip_bad_models; with no loadable model at all
+// the exit is 1 either way.
 //
 // Security (docs/serving.md, "Security"): TLS and mutual TLS on the gRPC
 // port, bearer tokens checked for every call of every service on it but
@@ -20,10 +27,14 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
@@ -73,6 +84,10 @@ ABSL_FLAG(std::string, model_repository, PERFORMER_DEFAULT_MODEL_REPOSITORY,
           "models, each named after its folder.");
 ABSL_FLAG(std::string, default_model, "",
           "Model used when a request names none (default: the first decoder by name).");
+ABSL_FLAG(bool, skip_bad_models, false,
+          "A model folder that fails to load (bad config, weights or tokenizer): false = refuse "
+          "to start, naming it; true = log it, count it in performer_models_failed_to_load and "
+          "serve the other models. With no loadable model the server never starts.");
 ABSL_FLAG(int64_t, state_memory_bytes, int64_t{1} << 30,
           "Per model: recurrent-state memory; slots = this / state bytes per sequence.");
 ABSL_FLAG(int64_t, max_batch, 64, "Per model: at most this many sequences decode together.");
@@ -183,6 +198,8 @@ ABSL_FLAG(int32_t, credentials_reload_seconds, 10,
           "(at least 1). SIGHUP re-reads the token files at once.");
 ABSL_FLAG(int64_t, test_stall_engine_after_steps, 0,
           "TEST HOOK: every engine blocks after this many decode steps (0 = never).");
+ABSL_FLAG(int32_t, test_load_delay_ms, 0,
+          "TEST HOOK: sleep this long before loading each model folder.");
 ABSL_FLAG(int32_t, step_delay_ms, 0,
           "TEST HOOK: sleep this long in every engine step (keeps requests running in tests).");
 
@@ -220,6 +237,54 @@ class WithoutReflection : public grpc::ServerBuilderOption {
   }
 };
 
+// Takes SIGTERM and SIGINT while the process starts. Loading runs inside
+// LibTorch on the compute thread and cannot be interrupted, and nothing is
+// served yet: a signal then logs and ends the process at once with status
+// 128 + the signal (no drain, no hang until loading completes). Made after
+// the signals are blocked. Finish() ends the watch once serving begins; a
+// signal it caught in that instant is handed to the serving loop.
+class StartupSignalWatcher {
+ public:
+  StartupSignalWatcher() : thread_([this] { Watch(); }) {}
+  ~StartupSignalWatcher() { Finish(); }
+  StartupSignalWatcher(const StartupSignalWatcher&) = delete;
+  StartupSignalWatcher& operator=(const StartupSignalWatcher&) = delete;
+
+  // Stops watching; returns the signal caught as it stopped, else 0.
+  int Finish() {
+    if (thread_.joinable()) {
+      done_.store(true);
+      thread_.join();
+    }
+    return handed_over_;
+  }
+
+ private:
+  void Watch() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    const timespec poll = {0, 100 * 1000 * 1000};
+    while (!done_.load()) {
+      const int signal_number = sigtimedwait(&set, nullptr, &poll);
+      if (signal_number <= 0) continue;
+      if (done_.load()) {
+        handed_over_ = signal_number;
+        return;
+      }
+      LogEvent(level::critical, "signal during start-up: exiting before serving",
+               {{"signal", signal_number}, {"exit_status", 128 + signal_number}});
+      spdlog::default_logger_raw()->flush();
+      _exit(128 + signal_number);
+    }
+  }
+
+  std::atomic<bool> done_{false};
+  int handed_over_ = 0;  // Written by the thread, read after the join.
+  std::thread thread_;
+};
+
 // A start-up failure: logged, and the process exits with `code`.
 int Fail(int code, std::string_view message) {
   LogEvent(level::critical, message);
@@ -238,6 +303,17 @@ class GrpcLibrary {
 };
 
 int Run() {
+  // Every thread started from here on inherits this mask (gRPC's own threads
+  // too, hence before grpc_init: a thread that did not block them would
+  // take the signals with their default action and kill the process); the
+  // signals are taken by sigtimedwait / sigwait, never by an asynchronous
+  // handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // reload credentials
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const GrpcLibrary grpc_library;
   if (absl::Status s = performer::server::InitLogging(absl::GetFlag(FLAGS_log_format),
                                                       absl::GetFlag(FLAGS_log_level));
@@ -245,18 +321,13 @@ int Run() {
     std::cerr << "performer-serve: " << s.message() << "\n";
     return 2;
   }
-  // Every thread started from here on inherits this mask; the signals are
-  // taken by sigwait below, never by an asynchronous handler.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);  // reload credentials
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  StartupSignalWatcher startup_signals;
 
   performer::server::RepositoryOptions options;
   options.state_memory_bytes = absl::GetFlag(FLAGS_state_memory_bytes);
   options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
+  options.test_load_delay = absl::Milliseconds(absl::GetFlag(FLAGS_test_load_delay_ms));
   options.device = absl::GetFlag(FLAGS_device);
   if (absl::Status s = performer::server::CheckServingDevice(options.device); !s.ok()) {
     return Fail(2, std::string(s.message()));
@@ -427,6 +498,8 @@ int Run() {
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
       absl::GetFlag(FLAGS_model_repository), options, absl::GetFlag(FLAGS_default_model));
   if (!repository.ok()) return Fail(1, repository.status().ToString());
+  // Serving starts: from here SIGTERM drains.
+  int signal_number = startup_signals.Finish();
 
   performer::server::ServiceOptions service_options;
   service_options.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
@@ -437,6 +510,12 @@ int Run() {
   service_options.observers.push_back(&metrics);
   service_options.observers.push_back(&request_log);
   metrics.AddRepository(**repository, stall);
+  prometheus::BuildGauge()
+      .Name("performer_models_failed_to_load")
+      .Help("Model folders that failed to load and are not served (--skip_bad_models)")
+      .Register(*metrics.registry())
+      .Add({})
+      .Set(static_cast<double>((*repository)->failed_models().size()));
   if (exposer) {
     for (const auto& collectable : metrics.collectables())
       exposer->RegisterCollectable(collectable);
@@ -548,21 +627,23 @@ int Run() {
     }
   });
   if (!reloader.empty()) reloader.StartPolling(absl::Seconds(reload_seconds));
-  LogEvent(level::info, "listening",
-           {{"address", absl::StrCat(absl::GetFlag(FLAGS_host), ":", port)},
-            {"tls", !tls                               ? "off"
-                    : tls_files.client_ca_file.empty() ? "on"
-                                                       : "mutual"},
-            {"auth_tokens", tokens ? static_cast<int64_t>(tokens->size()) : int64_t{-1}},
-            {"health_port", health_port_flag >= 0 ? health_port : -1},
-            {"metrics_port", metrics_port},
-            {"metrics_auth", metrics_token != nullptr},
-            {"reflection", absl::GetFlag(FLAGS_reflection)},
-            {"default_model", (*repository)->default_model()}});
+  LogEvent(
+      level::info, "listening",
+      {{"address", absl::StrCat(absl::GetFlag(FLAGS_host), ":", port)},
+       {"tls", !tls                               ? "off"
+               : tls_files.client_ca_file.empty() ? "on"
+                                                  : "mutual"},
+       {"auth_tokens", tokens ? static_cast<int64_t>(tokens->size()) : int64_t{-1}},
+       {"health_port", health_port_flag >= 0 ? health_port : -1},
+       {"metrics_port", metrics_port},
+       {"metrics_auth", metrics_token != nullptr},
+       {"reflection", absl::GetFlag(FLAGS_reflection)},
+       {"default_model", (*repository)->default_model()},
+       {"models_failed_to_load", static_cast<int64_t>((*repository)->failed_models().size())}});
 
-  int signal_number = 0;
-  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
-    reloader.ReloadAll("SIGHUP");
+  while (signal_number != SIGTERM && signal_number != SIGINT) {
+    if (signal_number == SIGHUP) reloader.ReloadAll("SIGHUP");
+    if (sigwait(&signals, &signal_number) != 0) break;
   }
   LogEvent(level::info, "drain",
            {{"signal", signal_number},

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/bounded_file.h"
 
 namespace performer::io {
 namespace {
@@ -38,6 +39,8 @@ const DtypeEntry* FindDtype(const std::string& name) {
 
 // Largest header we accept (the reference implementation's limit).
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// Most dimensions a tensor may have (real ones have at most a handful).
+constexpr size_t kMaxRank = 16;
 
 }  // namespace
 
@@ -78,7 +81,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   auto error = [&path](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A FIFO or device under the name is refused before it is opened (and the
+  // open does not block should the name change in between).
+  if (absl::StatusOr<uint64_t> size = RegularFileSize(path, kMaxSafetensorsFileBytes); !size.ok()) {
+    return size.status();
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   }
@@ -87,7 +95,16 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     ::close(fd);
     return error(absl::StrCat("cannot stat: ", std::strerror(errno)));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return error("not a regular file");
+  }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size > kMaxSafetensorsFileBytes) {
+    ::close(fd);
+    return error(
+        absl::StrCat(file_size, " bytes, more than the limit of ", kMaxSafetensorsFileBytes));
+  }
   if (file_size < 8) {
     ::close(fd);
     return error(
@@ -116,9 +133,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const uint64_t data_size = file_size - 8 - header_len;
   file.data_ = bytes + 8 + header_len;
 
-  nlohmann::json header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len, nullptr,
-                                                /*allow_exceptions=*/false);
-  if (header.is_discarded()) return error("header is not valid JSON");
+  absl::StatusOr<nlohmann::json> parsed = ParseBoundedJson(
+      std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len), "header");
+  if (!parsed.ok()) return error(std::string(parsed.status().message()));
+  const nlohmann::json& header = *parsed;
   if (!header.is_object()) return error("header is not a JSON object");
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -150,31 +168,49 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     info.dtype = value["dtype"].get<std::string>();
     const DtypeEntry* dtype = FindDtype(info.dtype);
     if (dtype == nullptr) return terror(absl::StrCat("unknown dtype '", info.dtype, "'"));
+    const nlohmann::json& shape = value["shape"];
+    if (shape.size() > kMaxRank) {
+      return terror(absl::StrCat("shape has ", shape.size(), " dimensions, more than ", kMaxRank));
+    }
+    // Sizes are checked with overflow-safe arithmetic: the element count of
+    // the non-zero dimensions must fit an int64 (LibTorch's own size check,
+    // which would otherwise throw when the tensor is made), and the byte size
+    // must fit the file.
     uint64_t numel = 1;
-    for (const nlohmann::json& d : value["shape"]) {
+    uint64_t nonzero_numel = 1;
+    for (const nlohmann::json& d : shape) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
         return terror("shape entries must be non-negative integers");
       }
       const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > (uint64_t{1} << 62) / dim) return terror("shape is too large");
-      numel *= dim;
+      if (dim != 0 && (__builtin_mul_overflow(nonzero_numel, dim, &nonzero_numel) ||
+                       nonzero_numel > static_cast<uint64_t>(INT64_MAX))) {
+        return terror(absl::StrCat("shape ", shape.dump(), " has more than 2^63 elements"));
+      }
+      numel *= dim;  // At most nonzero_numel: no overflow.
       info.shape.push_back(static_cast<int64_t>(dim));
     }
-    for (const nlohmann::json& o : value["data_offsets"]) {
+    const nlohmann::json& offsets = value["data_offsets"];
+    for (const nlohmann::json& o : offsets) {
       if (!o.is_number_unsigned() && !(o.is_number_integer() && o.get<int64_t>() >= 0)) {
         return terror("data_offsets must be non-negative integers");
       }
     }
-    info.begin = value["data_offsets"][0].get<uint64_t>();
-    info.end = value["data_offsets"][1].get<uint64_t>();
+    info.begin = offsets[0].get<uint64_t>();
+    info.end = offsets[1].get<uint64_t>();
     if (info.begin > info.end) return terror("data_offsets begin is after end");
     if (info.end > data_size) {
       return terror(absl::StrCat("data_offsets [", info.begin, ", ", info.end,
                                  "] out of range: the data section has ", data_size, " bytes"));
     }
-    if (info.end - info.begin != numel * dtype->bytes) {
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, uint64_t{dtype->bytes}, &nbytes)) {
+      return terror(
+          absl::StrCat("shape ", shape.dump(), " of ", info.dtype, " needs more than 2^64 bytes"));
+    }
+    if (info.end - info.begin != nbytes) {
       return terror(absl::StrCat("shape/size mismatch: ", numel, " elements of ", info.dtype,
-                                 " need ", numel * dtype->bytes, " bytes, data_offsets span ",
+                                 " need ", nbytes, " bytes, data_offsets span ",
                                  info.end - info.begin));
     }
     ranges.emplace_back(info.begin, info.end);
@@ -207,9 +243,15 @@ absl::StatusOr<torch::Tensor> SafetensorsFile::Load(const std::string& name) con
     return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", name, "'"));
   }
   const DtypeEntry* dtype = FindDtype(i->dtype);
-  torch::Tensor out = torch::empty(i->shape, torch::dtype(dtype->type));
-  if (i->end > i->begin) std::memcpy(out.data_ptr(), data_ + i->begin, i->end - i->begin);
-  return out;
+  // Open() bounded the size by the file's; allocation can still fail.
+  try {
+    torch::Tensor out = torch::empty(i->shape, torch::dtype(dtype->type));
+    if (i->end > i->begin) std::memcpy(out.data_ptr(), data_ + i->begin, i->end - i->begin);
+    return out;
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path_, ": tensor '", name, "': cannot allocate: ", e.what()));
+  }
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> SafetensorsFile::LoadAll() const {

@@ -7,10 +7,14 @@
 // byte after the header.
 //
 // Open() memory-maps the file and validates all of the header before any
-// tensor is read: a truncated file, a header that is not a JSON object, an
-// unknown dtype, a shape whose size disagrees with its byte range, offsets out
-// of range or overlapping are errors, and every message names the file and
-// (where it applies) the tensor.
+// tensor is read: anything but a regular file (a FIFO is refused without
+// blocking), a file over kMaxSafetensorsFileBytes, a truncated file, a header
+// over 100 MiB, not a JSON object or nested over 64 levels, an unknown dtype,
+// more than 16 dimensions, a shape whose element count overflows an int64 or
+// whose byte size disagrees with its byte range, offsets out of range or
+// overlapping are errors (sizes are computed with overflow-checked
+// arithmetic), and every message names the file and (where it applies) the
+// tensor. A file Open() accepts loads without a LibTorch size error.
 #pragma once
 
 #include <torch/types.h>
@@ -25,6 +29,11 @@
 #include "absl/status/statusor.h"
 
 namespace performer::io {
+
+// Largest weights file opened. The file is memory-mapped, not read, and every
+// tensor's byte range is checked to lie inside it; the bound keeps every size
+// derived from it far from overflow.
+inline constexpr uint64_t kMaxSafetensorsFileBytes = uint64_t{1} << 40;
 
 struct SafetensorsTensorInfo {
   std::string dtype;  // "F32", "BF16", ...

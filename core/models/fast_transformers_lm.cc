@@ -30,6 +30,28 @@ absl::StatusOr<int64_t> BoundedInt(const nlohmann::json& object, const char* key
   return it->get<int64_t>();
 }
 
+// Every integer of `value` (a keyword argument, possibly nested) is within
+// +-kMaxSeqLen: no builder parameter needs more, and sizes built from them
+// stay far from overflow.
+absl::Status BoundedIntegers(const nlohmann::json& value, const std::string& key) {
+  if (value.is_number_integer()) {
+    const bool negative = !value.is_number_unsigned() && value.get<int64_t>() < 0;
+    const uint64_t magnitude = negative ? uint64_t{0} - static_cast<uint64_t>(value.get<int64_t>())
+                                        : value.get<uint64_t>();
+    if (magnitude > static_cast<uint64_t>(kMaxSeqLen)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", key, "\" must be within +-", kMaxSeqLen, ", got ", value.dump()));
+    }
+  }
+  if (value.is_structured()) {
+    for (const auto& item : value.items()) {
+      const std::string inner = value.is_object() ? item.key() : key;
+      if (absl::Status s = BoundedIntegers(item.value(), inner); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // {"type": "Favor", "n_dims": 16} -> {"factory": "Favor", "kwargs": {"n_dims": 16}}.
 absl::StatusOr<nlohmann::json> LibraryFeatureMap(const nlohmann::json& spec) {
   if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
@@ -81,12 +103,34 @@ absl::StatusOr<FastTransformersLMConfig> ParseFastTransformersLMConfig(const nlo
       return d.status();
     }
   }
+  if (absl::Status s = BoundedIntegers(*encoder, "encoder"); !s.ok()) return s;
   if (auto map = encoder->find("feature_map"); map != encoder->end() && !map->is_null()) {
     absl::StatusOr<nlohmann::json> library = LibraryFeatureMap(*map);
     if (!library.ok()) return library.status();
     config.encoder["feature_map"] = *library;
   }
   return config;
+}
+
+absl::StatusOr<uint64_t> MinimumParameterElements(const FastTransformersLMConfig& config) {
+  absl::StatusOr<TransformerEncoderBuilder> builder =
+      TransformerEncoderBuilder::FromJson(config.encoder);
+  if (!builder.ok()) return builder.status();
+  // Saturating: every factor is bounded by the parser, the sum is not.
+  auto mul = [](uint64_t a, uint64_t b) {
+    uint64_t out = 0;
+    return __builtin_mul_overflow(a, b, &out) ? UINT64_MAX : out;
+  };
+  auto add = [](uint64_t a, uint64_t b) {
+    uint64_t out = 0;
+    return __builtin_add_overflow(a, b, &out) ? UINT64_MAX : out;
+  };
+  auto u = [](int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : uint64_t{0}; };
+  const uint64_t d = u(builder->model_dimensions());
+  // Token embedding, output projection, position embedding.
+  uint64_t total = mul(d, add(mul(2, u(config.num_tokens)), u(config.max_seq_len)));
+  const uint64_t feed_forward = mul(2, mul(d, u(builder->feed_forward_dimensions())));
+  return add(total, mul(u(builder->n_layers()), feed_forward));
 }
 
 absl::StatusOr<std::shared_ptr<FastTransformersLMImpl>> FastTransformersLMImpl::Create(

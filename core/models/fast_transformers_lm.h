@@ -46,8 +46,15 @@ struct FastTransformersLMConfig {
 
 // config.json: "num_tokens", "max_seq_len" and "encoder" (see above). Bounds:
 // num_tokens <= 2^24, max_seq_len <= 2^20, n_layers <= 1024, each dimension
-// <= 65536; the encoder kwargs must build.
+// <= 65536, every other integer of the encoder kwargs (feature counts,
+// clusters, windows...) within +-2^20; the encoder kwargs must build.
 absl::StatusOr<FastTransformersLMConfig> ParseFastTransformersLMConfig(const nlohmann::json& json);
+
+// A lower bound on the parameter and buffer elements of the model `config`
+// describes (token and position embeddings, the output projection, each
+// layer's feed-forward), all of which the weights file stores; InvalidArgument
+// when the builder refuses the encoder kwargs.
+absl::StatusOr<uint64_t> MinimumParameterElements(const FastTransformersLMConfig& config);
 
 class FastTransformersLMImpl : public torch::nn::Module {
  public:

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "core/io/bounded_file.h"
 #include "core/io/safetensors.h"
 #include "core/io/state_dict.h"
 
@@ -19,6 +20,18 @@ constexpr char kNetInfix[] = "performer.net.";
 
 absl::Status Annotate(const absl::Status& s, const std::string& what) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+// The weights file must be able to hold every parameter and buffer the
+// config describes (strict loading needs them all), at one byte per element
+// at least: checked before the model is built, so that a config describing a
+// model of terabytes is refused instead of allocated.
+absl::Status CheckWeightsCanHold(const std::string& config_path, const std::string& weights_path,
+                                 uint64_t weights_bytes, uint64_t elements) {
+  if (elements <= weights_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      config_path, ": describes a model of at least ", elements, " parameter elements, but ",
+      weights_path, " has only ", weights_bytes, " bytes"));
 }
 
 }  // namespace
@@ -68,12 +81,17 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   model.dir = dir;
   const std::string config_path = (fs::path(dir) / "config.json").string();
   const std::string weights_path = (fs::path(dir) / "weights.safetensors").string();
-  std::ifstream in(config_path);
-  if (!in) return absl::NotFoundError(absl::StrCat(config_path, ": cannot open"));
-  model.config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (model.config.is_discarded() || !model.config.is_object()) {
+  absl::StatusOr<nlohmann::json> config = io::ReadJsonFile(config_path);
+  if (!config.ok()) return config.status();
+  model.config = *std::move(config);
+  if (!model.config.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
   }
+  // Refused here already when it is not a regular file, before the model is
+  // built.
+  absl::StatusOr<uint64_t> weights_bytes =
+      io::RegularFileSize(weights_path, io::kMaxSafetensorsFileBytes);
+  if (!weights_bytes.ok()) return weights_bytes.status();
   auto cls = model.config.find("model_class");
   if (cls == model.config.end() || !cls->is_string()) {
     return absl::InvalidArgumentError(
@@ -82,41 +100,61 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
                      "or FastAttention)"));
   }
   model.model_class = cls->get<std::string>();
+  auto fits = [&](uint64_t elements) {
+    return CheckWeightsCanHold(config_path, weights_path, *weights_bytes, elements);
+  };
   std::shared_ptr<torch::nn::Module> module;
-  if (model.model_class == "PerformerLM") {
-    absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(model.config);
-    if (!c.ok()) return Annotate(c.status(), config_path);
-    model.lm = PerformerLM(*c);
-    module = model.lm.ptr();
-  } else if (model.model_class == "PerformerEncDec") {
-    absl::StatusOr<PerformerEncDecConfig> c = ParsePerformerEncDecConfig(model.config);
-    if (!c.ok()) return Annotate(c.status(), config_path);
-    model.encdec = PerformerEncDec(*c);
-    module = model.encdec.ptr();
-  } else if (model.model_class == "FastTransformersLM") {
-    absl::StatusOr<FastTransformersLMConfig> c = ParseFastTransformersLMConfig(model.config);
-    if (!c.ok()) return Annotate(c.status(), config_path);
-    absl::StatusOr<FastTransformersLM> ftlm = FastTransformersLMImpl::Create(*c);
-    if (!ftlm.ok()) return Annotate(ftlm.status(), config_path);
-    model.ftlm = *std::move(ftlm);
-    module = model.ftlm;
-  } else if (model.model_class == "FastAttention") {
-    absl::StatusOr<FastAttentionConfig> c = ParseFastAttentionConfig(model.config);
-    if (!c.ok()) return Annotate(c.status(), config_path);
-    model.fast_attention = FastAttention(*c);
-    module = model.fast_attention.ptr();
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config_path, ": unknown model_class \"", model.model_class,
-                     "\" (PerformerLM, PerformerEncDec, FastTransformersLM or FastAttention)"));
+  // The checks above bound what is allocated; an allocation can still fail
+  // (memory is short), which is an error for this folder, not a crash.
+  try {
+    if (model.model_class == "PerformerLM") {
+      absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(model.config);
+      if (!c.ok()) return Annotate(c.status(), config_path);
+      if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
+      model.lm = PerformerLM(*c);
+      module = model.lm.ptr();
+    } else if (model.model_class == "PerformerEncDec") {
+      absl::StatusOr<PerformerEncDecConfig> c = ParsePerformerEncDecConfig(model.config);
+      if (!c.ok()) return Annotate(c.status(), config_path);
+      if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
+      model.encdec = PerformerEncDec(*c);
+      module = model.encdec.ptr();
+    } else if (model.model_class == "FastTransformersLM") {
+      absl::StatusOr<FastTransformersLMConfig> c = ParseFastTransformersLMConfig(model.config);
+      if (!c.ok()) return Annotate(c.status(), config_path);
+      absl::StatusOr<uint64_t> elements = MinimumParameterElements(*c);
+      if (!elements.ok()) return Annotate(elements.status(), config_path);
+      if (absl::Status s = fits(*elements); !s.ok()) return s;
+      absl::StatusOr<FastTransformersLM> ftlm = FastTransformersLMImpl::Create(*c);
+      if (!ftlm.ok()) return Annotate(ftlm.status(), config_path);
+      model.ftlm = *std::move(ftlm);
+      module = model.ftlm;
+    } else if (model.model_class == "FastAttention") {
+      absl::StatusOr<FastAttentionConfig> c = ParseFastAttentionConfig(model.config);
+      if (!c.ok()) return Annotate(c.status(), config_path);
+      if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
+      model.fast_attention = FastAttention(*c);
+      module = model.fast_attention.ptr();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_path, ": unknown model_class \"", model.model_class,
+                       "\" (PerformerLM, PerformerEncDec, FastTransformersLM or FastAttention)"));
+    }
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(config_path, ": cannot build the model: ", e.what()));
   }
   absl::StatusOr<std::map<std::string, torch::Tensor>> weights = io::LoadSafetensors(weights_path);
   if (!weights.ok()) return weights.status();
-  absl::StatusOr<std::map<std::string, torch::Tensor>> normalized =
-      NormalizeCheckpointKeys(*std::move(weights));
-  if (!normalized.ok()) return Annotate(normalized.status(), weights_path);
-  if (absl::Status s = io::LoadStateDict(*module, *normalized, /*strict=*/true); !s.ok()) {
-    return Annotate(s, weights_path);
+  try {
+    absl::StatusOr<std::map<std::string, torch::Tensor>> normalized =
+        NormalizeCheckpointKeys(*std::move(weights));
+    if (!normalized.ok()) return Annotate(normalized.status(), weights_path);
+    if (absl::Status s = io::LoadStateDict(*module, *normalized, /*strict=*/true); !s.ok()) {
+      return Annotate(s, weights_path);
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(weights_path, ": cannot load: ", e.what()));
   }
   module->eval();
   return model;

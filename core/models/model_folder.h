@@ -7,6 +7,15 @@
 // names "weights_0"/"weights_1" are accepted. F32/F16/BF16 (and F64)
 // tensors load and are converted to float32. Missing, unexpected and
 // mis-shaped keys are one InvalidArgument error that lists the names.
+//
+// A hostile folder gets an error naming the file, never a crash or a hang:
+// config.json and weights.safetensors must be regular files (a FIFO is
+// refused without blocking), config.json at most 16 MiB and nested at most
+// 64 levels (core/io/bounded_file.h); every config value is bounded
+// (performer_config.h, fast_transformers_lm.h) and the weights file must be
+// able to hold the parameters the config describes before anything is
+// allocated (MinimumParameterElements); the weights file's header is
+// validated with overflow-checked sizes (core/io/safetensors.h).
 #pragma once
 
 #include <map>

@@ -33,7 +33,9 @@ class KeyReader {
       return;
     }
     if (!v->is_number_integer() && !v->is_boolean()) return BadType(key, "an integer", *v);
-    *out = v->get<int64_t>();
+    // A bool is an int in Python (True == 1); nlohmann refuses the
+    // conversion with an exception.
+    *out = v->is_boolean() ? int64_t{v->get<bool>()} : v->get<int64_t>();
   }
   void OptionalInt(const std::string& key, std::optional<int64_t>* out) {
     const json* v = Find(key);
@@ -215,17 +217,44 @@ int64_t PerformerLMConfig::position_limit() const {
 
 absl::Status ValidateConfig(const PerformerLMConfig& c) {
   std::vector<std::string> problems;
-  auto positive = [&](const char* name, int64_t v) {
-    if (v <= 0) problems.push_back(absl::StrCat(name, " must be positive, got ", v));
+  // Bounded first: the checks below and the model's sizes multiply these.
+  auto bounded = [&](const char* name, int64_t v, int64_t high) {
+    if (v <= 0 || v > high) {
+      problems.push_back(absl::StrCat(name, " must be in [1, ", high, "], got ", v));
+      return false;
+    }
+    return true;
   };
-  positive("num_tokens", c.num_tokens);
-  positive("max_seq_len", c.max_seq_len);
-  positive("dim", c.dim);
-  positive("depth", c.depth);
-  positive("heads", c.heads);
-  positive("ff_mult", c.ff_mult);
-  positive("ff_chunks", c.ff_chunks);
-  positive("local_window_size", c.local_window_size);
+  bool sizes_ok = bounded("num_tokens", c.num_tokens, kMaxConfigTokens);
+  sizes_ok = bounded("max_seq_len", c.max_seq_len, kMaxConfigSeqLen) && sizes_ok;
+  sizes_ok = bounded("dim", c.dim, kMaxConfigDim) && sizes_ok;
+  sizes_ok = bounded("depth", c.depth, kMaxConfigDepth) && sizes_ok;
+  sizes_ok = bounded("heads", c.heads, kMaxConfigHeads) && sizes_ok;
+  sizes_ok = bounded("ff_mult", c.ff_mult, kMaxConfigFfMult) && sizes_ok;
+  sizes_ok = bounded("ff_chunks", c.ff_chunks, kMaxConfigChunks) && sizes_ok;
+  sizes_ok = bounded("local_window_size", c.local_window_size, kMaxConfigChunks) && sizes_ok;
+  if (c.dim_head.has_value())
+    sizes_ok = bounded("dim_head", *c.dim_head, kMaxConfigDim) && sizes_ok;
+  if (c.nb_features.has_value()) {
+    sizes_ok = bounded("nb_features", *c.nb_features, kMaxConfigFeatures) && sizes_ok;
+  }
+  const std::pair<const char*, double> dropouts[] = {{"emb_dropout", c.emb_dropout},
+                                                     {"ff_dropout", c.ff_dropout},
+                                                     {"attn_dropout", c.attn_dropout}};
+  for (const auto& [name, p] : dropouts) {
+    if (!(p >= 0.0 && p <= 1.0)) {
+      problems.push_back(absl::StrCat(name, " must be in [0, 1], got ", p));
+    }
+  }
+  if (c.axial_position_shape.has_value()) {
+    for (int64_t side : *c.axial_position_shape) {
+      sizes_ok = bounded("axial_position_shape entries", side, kMaxConfigSeqLen) && sizes_ok;
+    }
+  }
+  if (!sizes_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid PerformerLM config: ", absl::StrJoin(problems, "; ")));
+  }
   if (c.heads > 0 && c.dim % c.heads != 0) {
     problems.push_back(
         absl::StrCat("dim (", c.dim, ") must be divisible by heads (", c.heads, ")"));
@@ -235,8 +264,12 @@ absl::Status ValidateConfig(const PerformerLMConfig& c) {
         "dim_head null needs rotary_position_emb false (the rotary table is built "
         "with size dim_head)");
   }
-  if (c.dim_head.has_value()) positive("dim_head", *c.dim_head);
-  if (c.nb_features.has_value()) positive("nb_features", *c.nb_features);
+  if (c.resolved_dim_head() <= 0) {
+    problems.push_back(absl::StrCat("dim_head must be positive, got ", c.resolved_dim_head()));
+  } else if (c.resolved_nb_features() <= 0 || c.resolved_nb_features() > kMaxConfigFeatures) {
+    problems.push_back(absl::StrCat("the resolved nb_features must be in [1, ", kMaxConfigFeatures,
+                                    "], got ", c.resolved_nb_features()));
+  }
   if (c.local_attn_heads.size() > 1 && static_cast<int64_t>(c.local_attn_heads.size()) != c.depth) {
     problems.push_back(absl::StrCat("local_attn_heads has ", c.local_attn_heads.size(),
                                     " entries but depth is ", c.depth));
@@ -267,14 +300,61 @@ absl::Status ValidateConfig(const PerformerLMConfig& c) {
 }
 
 absl::Status ValidateConfig(const FastAttentionConfig& c) {
-  if (c.dim_heads <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid FastAttention config: dim_heads must be positive, got ", c.dim_heads));
+  if (c.dim_heads <= 0 || c.dim_heads > kMaxConfigDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid FastAttention config: dim_heads must be in [1, ", kMaxConfigDim,
+                     "], got ", c.dim_heads));
   }
-  if (c.resolved_nb_features() <= 0) {
-    return absl::InvalidArgumentError("invalid FastAttention config: nb_features must be positive");
+  if (c.resolved_nb_features() <= 0 || c.resolved_nb_features() > kMaxConfigFeatures) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid FastAttention config: nb_features must be in [1, ",
+                     kMaxConfigFeatures, "], got ", c.resolved_nb_features()));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Saturating arithmetic over element counts.
+uint64_t Mul(uint64_t a, uint64_t b) {
+  uint64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? UINT64_MAX : out;
+}
+uint64_t Add(uint64_t a, uint64_t b) {
+  uint64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? UINT64_MAX : out;
+}
+uint64_t U(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
+
+}  // namespace
+
+uint64_t MinimumParameterElements(const PerformerLMConfig& c) {
+  const uint64_t dim = U(c.dim);
+  const uint64_t dim_head = U(c.resolved_dim_head());
+  const uint64_t inner = Mul(U(c.heads), dim_head);
+  uint64_t total = Mul(U(c.num_tokens), dim);  // token embedding
+  if (c.rotary_position_emb) {
+    // The fixed sinusoidal table and the rotary table.
+    total = Add(total, Mul(U(c.max_seq_len), Add(dim, dim_head)));
+  } else if (c.axial_position_emb) {
+    for (int64_t side : c.resolved_axial_shape()) total = Add(total, Mul(U(side), dim));
+  } else {
+    total = Add(total, Mul(U(c.max_seq_len), dim));
+  }
+  // Per layer: q, k, v and out projections, the random features, the
+  // feed-forward's two matrices.
+  uint64_t layer = Mul(4, Mul(dim, inner));
+  layer = Add(layer, Mul(U(c.resolved_nb_features()), dim_head));
+  layer = Add(layer, Mul(Mul(dim, dim), Mul(U(c.ff_mult), c.ff_glu ? 3 : 2)));
+  return Add(total, Mul(U(c.depth), layer));
+}
+
+uint64_t MinimumParameterElements(const PerformerEncDecConfig& c) {
+  return Add(MinimumParameterElements(c.enc), MinimumParameterElements(c.dec));
+}
+
+uint64_t MinimumParameterElements(const FastAttentionConfig& c) {
+  return Mul(U(c.resolved_nb_features()), U(c.dim_heads));
 }
 
 absl::StatusOr<PerformerLMConfig> ParsePerformerLMConfig(const nlohmann::json& json) {

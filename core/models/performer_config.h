@@ -21,6 +21,21 @@ namespace performer::models {
 
 using ::performer::KernelFunction;
 
+// Bounds on config values, checked (ValidateConfig) before anything is
+// allocated. Each is far above any real model; with them every size derived
+// from a config fits an int64, and with the model folder's check that the
+// weights file can hold the parameters a config describes
+// (MinimumParameterElements, model_folder.h) a hostile config.json cannot
+// make the loader allocate more than the weights file's size.
+inline constexpr int64_t kMaxConfigTokens = int64_t{1} << 24;    // num_tokens
+inline constexpr int64_t kMaxConfigSeqLen = int64_t{1} << 24;    // max_seq_len, axial sides
+inline constexpr int64_t kMaxConfigDim = int64_t{1} << 16;       // dim, dim_head, dim_heads
+inline constexpr int64_t kMaxConfigFeatures = int64_t{1} << 20;  // nb_features (resolved)
+inline constexpr int64_t kMaxConfigDepth = 1024;                 // depth
+inline constexpr int64_t kMaxConfigHeads = 1024;                 // heads
+inline constexpr int64_t kMaxConfigFfMult = 1024;                // ff_mult
+inline constexpr int64_t kMaxConfigChunks = int64_t{1} << 24;    // ff_chunks, local_window_size
+
 // FastAttention(dim_heads, nb_features=None, ortho_scaling=0, causal=False,
 //               generalized_attention=False, kernel_fn=ReLU(), no_projection=False)
 struct FastAttentionConfig {
@@ -104,5 +119,13 @@ absl::StatusOr<FastAttentionConfig> ParseFastAttentionConfig(const nlohmann::jso
 
 // int(d * ln d), the reference's default number of random features.
 int64_t DefaultNbFeatures(int64_t dim_head);
+
+// A lower bound on the parameter and buffer elements of the model a
+// (validated) config describes: embeddings, positional tables, each layer's
+// projections, random-feature matrix and feed-forward. Every one of them is
+// stored in the weights file, so a file of fewer bytes cannot hold the model.
+uint64_t MinimumParameterElements(const PerformerLMConfig& config);
+uint64_t MinimumParameterElements(const PerformerEncDecConfig& config);
+uint64_t MinimumParameterElements(const FastAttentionConfig& config);
 
 }  // namespace performer::models

@@ -1,10 +1,12 @@
 #include "server/repository/generation_config.h"
 
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/bounded_file.h"
 
 namespace performer::server {
 namespace {
@@ -13,6 +15,10 @@ using nlohmann::json;
 
 absl::Status Bad(const std::string& path, const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": \"", key, "\" ", why));
+}
+
+std::string ConfigPath(const std::string& model_dir) {
+  return (std::filesystem::path(model_dir) / "generation_config.json").string();
 }
 
 }  // namespace
@@ -30,14 +36,16 @@ generation::SamplingParams GenerationConfig::SamplingDefaults() const {
 
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_dir) {
   GenerationConfig config;
-  const std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();
-  if (!std::filesystem::exists(path)) return config;
-  std::ifstream in(path);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  }
-  for (auto& [key, value] : j.items()) {
+  const std::string path = ConfigPath(model_dir);
+  absl::StatusOr<json> parsed = io::ReadJsonFile(path);
+  if (parsed.status().code() == absl::StatusCode::kNotFound) return config;
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  for (auto item = j.begin(); item != j.end(); ++item) {
+    // Named, not structured bindings: the lambdas below capture them.
+    const std::string& key = item.key();
+    const json& value = item.value();
     auto token_id = [&](std::optional<int64_t>& out) -> absl::Status {
       if (value.is_null()) return absl::OkStatus();
       if (!value.is_number_integer() || value.get<int64_t>() < 0) {
@@ -47,8 +55,12 @@ absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_d
       return absl::OkStatus();
     };
     auto number = [&](float& out, bool positive) -> absl::Status {
-      if (!value.is_number() || (positive && value.get<double>() <= 0) || value.get<double>() < 0) {
-        return Bad(path, key, positive ? "must be a positive number" : "must be a number >= 0");
+      // Converted to float: larger values would not be finite.
+      if (!value.is_number() || (positive && value.get<double>() <= 0) || value.get<double>() < 0 ||
+          value.get<double>() > std::numeric_limits<float>::max()) {
+        return Bad(path, key,
+                   positive ? "must be a positive number (at most 3.4e38)"
+                            : "must be a number >= 0 (at most 3.4e38)");
       }
       out = value.get<float>();
       return absl::OkStatus();
@@ -81,6 +93,28 @@ absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_d
     if (!s.ok()) return s;
   }
   return config;
+}
+
+absl::Status ValidateGenerationConfig(const GenerationConfig& config, int64_t vocab_size,
+                                      const std::string& model_dir) {
+  const std::pair<const char*, const std::optional<int64_t>*> ids[] = {
+      {"bos_token_id", &config.bos_token_id},
+      {"eos_token_id", &config.eos_token_id},
+      {"pad_token_id", &config.pad_token_id},
+      {"decoder_start_token_id", &config.decoder_start_token_id}};
+  for (const auto& [key, id] : ids) {
+    if (id->has_value() && (**id < 0 || **id >= vocab_size)) {
+      return Bad(ConfigPath(model_dir), key,
+                 absl::StrCat("is ", **id, ", outside the model's vocabulary of ", vocab_size,
+                              " tokens [0, ", vocab_size, ")"));
+    }
+  }
+  if (config.top_k > vocab_size) {
+    return Bad(ConfigPath(model_dir), "top_k",
+               absl::StrCat("is ", config.top_k, ", more than the model's vocabulary of ",
+                            vocab_size, " tokens"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace performer::server

@@ -33,7 +33,17 @@ struct GenerationConfig {
 };
 
 // Reads <model_dir>/generation_config.json; defaults when absent.
-// INVALID_ARGUMENT naming the file and key for a bad value.
+// INVALID_ARGUMENT naming the file and key for a bad value (numbers must be
+// finite as a float), or when the file is not a regular file of at most
+// 16 MiB (core/io/bounded_file.h).
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_dir);
+
+// What depends on the model: every token id (bos, eos, pad,
+// decoder_start) inside [0, vocab_size) and top_k at most vocab_size.
+// INVALID_ARGUMENT naming generation_config.json under `model_dir`, the key
+// and the vocabulary size otherwise: the server refuses such a folder at load
+// instead of serving a model whose every request fails.
+absl::Status ValidateGenerationConfig(const GenerationConfig& config, int64_t vocab_size,
+                                      const std::string& model_dir);
 
 }  // namespace performer::server

@@ -41,10 +41,16 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
                                                          const RepositoryOptions& options);
 
 // Loading and warm-up run on the compute thread, like all model work
-// (server/engine/compute_thread.h).
+// (server/engine/compute_thread.h). The loaders report errors as statuses;
+// an exception that still escapes (LibTorch, an allocation) is one too, so
+// that no model folder can end the process.
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadOne(const fs::path& dir,
                                                      const RepositoryOptions& options) {
-  return RunOnComputeThread([&] { return LoadOneHere(dir, options); });
+  try {
+    return RunOnComputeThread([&] { return LoadOneHere(dir, options); });
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading failed: ", e.what()));
+  }
 }
 
 // What a session's state is bound to: the model's name, its config.json as
@@ -88,6 +94,11 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
     hosted->kind = ModelKind::kEncoder;
     hosted->vocab_size = model->lm->config().num_tokens;
     hosted->max_sequence_length = model->lm->config().position_limit();
+    if (absl::Status s =
+            ValidateGenerationConfig(hosted->generation, hosted->vocab_size, hosted->dir);
+        !s.ok()) {
+      return s;
+    }
     hosted->embedder = std::make_unique<Embedder>(*model);
   } else {
     hosted->kind =
@@ -121,6 +132,11 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
                    {{"seconds", absl::ToDoubleSeconds(absl::Now() - warmup_start)}});
     hosted->vocab_size = (*decoder)->info().vocab_size;
     hosted->max_sequence_length = (*decoder)->info().max_seq_len;
+    if (absl::Status s =
+            ValidateGenerationConfig(hosted->generation, hosted->vocab_size, hosted->dir);
+        !s.ok()) {
+      return s;
+    }
     EngineOptions engine_options = options.engine;
     engine_options.sessions.fingerprint = Fingerprint(hosted->name, *model);
     engine_options.sessions.max_state_bytes = 2 * (*decoder)->info().state_bytes_per_sequence;
@@ -199,10 +215,17 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
   std::sort(folders.begin(), folders.end());
   auto repository = std::unique_ptr<ModelRepository>(new ModelRepository());
   for (const fs::path& folder : folders) {
+    if (options.test_load_delay > absl::ZeroDuration()) absl::SleepFor(options.test_load_delay);
     absl::StatusOr<std::unique_ptr<HostedModel>> model = LoadOne(folder, options);
     if (!model.ok()) {
-      return absl::Status(model.status().code(),
+      absl::Status status(model.status().code(),
                           absl::StrCat("model ", folder.string(), ": ", model.status().message()));
+      if (!options.skip_bad_models) return status;
+      LogEvent(spdlog::level::err, "model failed to load: skipped (--skip_bad_models)",
+               {{"model", folder.filename().string()}, {"error", status.ToString()}});
+      repository->failed_models_.push_back(
+          {folder.filename().string(), folder.string(), std::move(status)});
+      continue;
     }
     if (*model == nullptr) {
       LogEvent(spdlog::level::warn, "skipping a bare FastAttention layer: not a servable model",
@@ -223,10 +246,18 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
     repository->models_.push_back(std::move(*model));
   }
   if (repository->models_.empty()) {
+    std::string failures;
+    for (const FailedModel& failed : repository->failed_models_) {
+      absl::StrAppend(&failures, "; ", failed.status.message());
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("model repository ", dir,
                      " holds no servable model (sub-folders with config.json and "
-                     "weights.safetensors)"));
+                     "weights.safetensors)",
+                     repository->failed_models_.empty()
+                         ? ""
+                         : absl::StrCat(": ", repository->failed_models_.size(), " failed to load"),
+                     failures));
   }
   if (default_model.empty()) {
     default_model = repository->FirstGeneratingModel();

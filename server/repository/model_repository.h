@@ -35,6 +35,13 @@ struct RepositoryOptions {
   // "cuda[:N]" (needs a LibTorch with CUDA; main.cc checks that first).
   std::string device = "cpu";
   EngineOptions engine;
+  // A model folder that fails to load: false = Load fails naming it (the
+  // server refuses to start); true = the failure is logged and recorded
+  // (ModelRepository::failed_models) and the other models are served.
+  bool skip_bad_models = false;
+  // TEST HOOK: sleep this long before loading each model folder (keeps a
+  // server in its loading phase, for tests of signals during loading).
+  absl::Duration test_load_delay = absl::ZeroDuration();
   // The observer each model's engine reports to (e.g. its metrics); null or
   // returning null = none.
   std::function<EngineObserver*(const std::string& model)> observer_for_model;
@@ -65,9 +72,11 @@ struct HostedModel {
 class ModelRepository {
  public:
   // Loads every model under `dir`; starts their engines. A folder that looks
-  // like a model but fails to load is an error naming it (the server does
-  // not start half-configured). NOT_FOUND when dir is missing,
-  // FAILED_PRECONDITION when it holds no servable model.
+  // like a model but fails to load (whatever it holds: loading never throws
+  // or aborts) is an error naming it, unless options.skip_bad_models, which
+  // logs and records it instead. NOT_FOUND when dir is missing,
+  // FAILED_PRECONDITION when it holds no servable model (every failure
+  // named in the message).
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Load(const std::string& dir,
                                                                const RepositoryOptions& options,
                                                                std::string default_model = "");
@@ -86,6 +95,14 @@ class ModelRepository {
   // the defaults for FromModels).
   const RequestBounds& request_bounds() const { return request_bounds_; }
 
+  // The folders skipped under RepositoryOptions::skip_bad_models.
+  struct FailedModel {
+    std::string name;
+    std::string dir;
+    absl::Status status;
+  };
+  const std::vector<FailedModel>& failed_models() const { return failed_models_; }
+
   void BeginDrain();
   bool WaitIdle(absl::Duration timeout);
   void Stop();
@@ -97,6 +114,7 @@ class ModelRepository {
   std::vector<std::unique_ptr<HostedModel>> models_;
   std::string default_model_;
   RequestBounds request_bounds_;
+  std::vector<FailedModel> failed_models_;
 };
 
 }  // namespace performer::server

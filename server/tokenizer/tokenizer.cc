@@ -1,10 +1,10 @@
 #include "server/tokenizer/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/bounded_file.h"
 #include "server/tokenizer/sentencepiece_model.h"
 
 namespace performer::server {
@@ -157,6 +157,11 @@ std::string SanitizeUtf8(std::string_view text) {
 std::unique_ptr<Tokenizer> MakeByteTokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path) {
+  // SentencePiece reads the file itself: a FIFO would block it.
+  if (absl::StatusOr<uint64_t> size = io::RegularFileSize(path, kMaxSentencePieceModelBytes);
+      !size.ok()) {
+    return size.status();
+  }
   std::string error;
   std::unique_ptr<SentencePieceModel> model = LoadSentencePieceModel(path, &error);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, ": ", error));
@@ -166,23 +171,29 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std:
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
   const fs::path dir(model_dir);
   const fs::path json_path = dir / "tokenizer.json";
-  if (fs::exists(json_path)) {
-    std::ifstream in(json_path);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+  absl::StatusOr<nlohmann::json> parsed = io::ReadJsonFile(json_path.string());
+  if (parsed.ok()) {
+    const nlohmann::json& j = *parsed;
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat(json_path.string(), ": expected {\"type\": \"byte\" | \"sentencepiece\"}"));
     }
-    const std::string type = j["type"];
+    const std::string type = j["type"].get<std::string>();
     if (type == "byte") return MakeByteTokenizer();
     if (type == "sentencepiece") {
-      const std::string model = j.value("model", "tokenizer.model");
-      return LoadSentencePieceTokenizer((dir / model).string());
+      auto model = j.find("model");
+      if (model != j.end() && !model->is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            json_path.string(), ": \"model\" must be a file name, got ", model->dump()));
+      }
+      return LoadSentencePieceTokenizer(
+          (dir / (model == j.end() ? "tokenizer.model" : model->get<std::string>())).string());
     }
     return absl::InvalidArgumentError(
         absl::StrCat(json_path.string(), ": unknown tokenizer type \"", type, "\""));
   }
-  if (fs::exists(dir / "tokenizer.model")) {
+  if (parsed.status().code() != absl::StatusCode::kNotFound) return parsed.status();
+  if (fs::exists(dir / "tokenizer.model") || fs::is_symlink(dir / "tokenizer.model")) {
     return LoadSentencePieceTokenizer((dir / "tokenizer.model").string());
   }
   return std::unique_ptr<Tokenizer>();

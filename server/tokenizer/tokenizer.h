@@ -63,10 +63,14 @@ std::string SanitizeUtf8(std::string_view text);
 // multi-byte character.
 size_t CompleteUtf8Prefix(std::string_view text);
 
+// Largest SentencePiece model file loaded (real ones are a few megabytes).
+inline constexpr uint64_t kMaxSentencePieceModelBytes = uint64_t{1} << 30;
+
 // The tokenizer a model folder names: "tokenizer.json" holding
 // {"type": "byte"} or {"type": "sentencepiece", "model": "tokenizer.model"},
 // or else a "tokenizer.model" file (SentencePiece). nullptr when the folder
-// names none. InvalidArgument / NotFound with the path for a bad one.
+// names none. InvalidArgument / NotFound with the path for a bad one; both
+// files must be regular files (tokenizer.json at most 16 MiB).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
 
 std::unique_ptr<Tokenizer> MakeByteTokenizer();

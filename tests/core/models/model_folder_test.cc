@@ -1,9 +1,11 @@
 #include "core/models/model_folder.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "core/io/safetensors.h"
 #include "core/io/state_dict.h"
@@ -125,6 +127,108 @@ TEST_F(ModelFolderTest, ConfigProblemsNameTheFileAndKeys) {
   EXPECT_NE(LoadModelFolder(dir_.string()).status().message().find("missing \"model_class\""),
             std::string::npos);
   EXPECT_EQ(LoadModelFolder((dir_ / "nope").string()).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A crafted folder is an error naming the file, before anything is built.
+TEST_F(ModelFolderTest, HostileConfigValuesAreRefusedBeforeBuilding) {
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"max_seq_len", int64_t{1} << 62}, {"depth", 1000000000}, {"num_tokens", -3}};
+  for (const auto& [key, value] : cases) {
+    nlohmann::json c = ConfigJson(testing::TinyLMConfig());
+    c[key] = value;
+    Write(c, weights_);
+    absl::Status s = LoadModelFolder(dir_.string()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find((dir_ / "config.json").string()), std::string::npos) << s;
+    EXPECT_NE(s.message().find(std::string(key) + " must be in [1, "), std::string::npos) << s;
+  }
+}
+
+// Within every bound, but describing a model far larger than the weights
+// file: refused before the model is allocated.
+TEST_F(ModelFolderTest, ConfigLargerThanTheWeightsIsRefused) {
+  nlohmann::json c = ConfigJson(testing::TinyLMConfig());
+  c["depth"] = 1024;
+  c["dim"] = 8192;
+  c["heads"] = 64;
+  c["dim_head"] = 128;
+  Write(c, weights_);
+  absl::Status s = LoadModelFolder(dir_.string()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("parameter elements, but"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("weights.safetensors has only"), std::string::npos) << s;
+}
+
+TEST_F(ModelFolderTest, HostileFastTransformersConfigIsRefused) {
+  nlohmann::json c = {{"model_class", "FastTransformersLM"},
+                      {"num_tokens", 40},
+                      {"max_seq_len", 64},
+                      {"encoder",
+                       {{"attention_type", "causal-linear"},
+                        {"n_layers", 2},
+                        {"n_heads", 2},
+                        {"query_dimensions", 8},
+                        {"value_dimensions", 8},
+                        {"feed_forward_dimensions", 32},
+                        {"feature_map", {{"type", "Favor"}, {"n_dims", 1000000000}}}}}};
+  Write(c, weights_);
+  absl::Status s = LoadModelFolder(dir_.string()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("\"n_dims\" must be within"), std::string::npos) << s;
+  c["encoder"]["feature_map"]["n_dims"] = 16;
+  c["encoder"]["n_layers"] = 1024;
+  c["encoder"]["feed_forward_dimensions"] = 65536;
+  Write(c, weights_);
+  s = LoadModelFolder(dir_.string()).status();
+  EXPECT_NE(s.message().find("parameter elements, but"), std::string::npos) << s;
+}
+
+// The [2^31, 2^31] entry with data_offsets [0, 0] once aborted the server.
+TEST_F(ModelFolderTest, OverflowingWeightsEntryNamesFileAndTensor) {
+  Write(ConfigJson(testing::TinyLMConfig()), weights_);
+  const std::string header =
+      R"({"token_emb.weight":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  // Padded so that the size check against the config passes.
+  std::ofstream(dir_ / "weights.safetensors", std::ios::binary)
+      << bytes << header << std::string(1 << 20, '\0');
+  absl::Status s = LoadModelFolder(dir_.string()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("weights.safetensors"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("tensor 'token_emb.weight'"), std::string::npos) << s;
+}
+
+// FIFOs under either file's name are refused without blocking (a test that
+// regresses hangs until ctest's timeout).
+TEST_F(ModelFolderTest, NonRegularFilesAreRefused) {
+  Write(ConfigJson(testing::TinyLMConfig()), weights_);
+  fs::remove(dir_ / "weights.safetensors");
+  ASSERT_EQ(mkfifo((dir_ / "weights.safetensors").c_str(), 0600), 0);
+  absl::Status s = LoadModelFolder(dir_.string()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("weights.safetensors: is a FIFO, not a regular file"),
+            std::string::npos)
+      << s;
+  fs::remove(dir_ / "config.json");
+  ASSERT_EQ(mkfifo((dir_ / "config.json").c_str(), 0600), 0);
+  s = LoadModelFolder(dir_.string()).status();
+  EXPECT_NE(s.message().find("config.json: is a FIFO, not a regular file"), std::string::npos) << s;
+  fs::remove(dir_ / "config.json");
+  fs::create_directories(dir_ / "config.json");
+  s = LoadModelFolder(dir_.string()).status();
+  EXPECT_NE(s.message().find("config.json: is a directory"), std::string::npos) << s;
+}
+
+TEST_F(ModelFolderTest, OversizedOrDeepConfigIsRefused) {
+  Write(ConfigJson(testing::TinyLMConfig()), weights_);
+  std::ofstream(dir_ / "config.json") << std::string(17 << 20, ' ');
+  absl::Status s = LoadModelFolder(dir_.string()).status();
+  EXPECT_NE(s.message().find("more than the limit of"), std::string::npos) << s;
+  std::ofstream(dir_ / "config.json")
+      << R"({"model_class":)" << std::string(100000, '[') << std::string(100000, ']') << "}";
+  s = LoadModelFolder(dir_.string()).status();
+  EXPECT_NE(s.message().find("nested deeper than 64"), std::string::npos) << s;
 }
 
 // MoveTo moves every parameter and buffer of the module held.

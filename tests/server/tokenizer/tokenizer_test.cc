@@ -1,6 +1,7 @@
 #include "server/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -125,6 +126,32 @@ TEST(LoadTokenizerTest, FolderWithoutTokenizerAndBadFiles) {
   EXPECT_NE(bad.message().find("unknown tokenizer type \"wordpiece\""), std::string::npos) << bad;
   std::ofstream(dir / "tokenizer.json") << R"({"type": "sentencepiece", "model": "missing.model"})";
   EXPECT_FALSE(LoadTokenizer(dir.string()).ok());
+  ::performer::testing::RemoveTree(dir);
+}
+
+// Hostile tokenizer files are errors naming the file, never an exception
+// (a non-string "model" once threw out of the loader) or a hang.
+TEST(LoadTokenizerTest, HostileFilesAreErrors) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("performer_tok_hostile_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << R"({"type": "sentencepiece", "model": 7})";
+  absl::Status s = LoadTokenizer(dir.string()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("\"model\" must be a file name, got 7"), std::string::npos) << s;
+  std::ofstream(dir / "tokenizer.json") << "{\"type\": [" << std::string(1000, '[');
+  s = LoadTokenizer(dir.string()).status();
+  EXPECT_NE(s.message().find("tokenizer.json"), std::string::npos) << s;
+  fs::remove(dir / "tokenizer.json");
+  ASSERT_EQ(mkfifo((dir / "tokenizer.json").c_str(), 0600), 0);
+  s = LoadTokenizer(dir.string()).status();
+  EXPECT_NE(s.message().find("tokenizer.json: is a FIFO, not a regular file"), std::string::npos)
+      << s;
+  fs::remove(dir / "tokenizer.json");
+  ASSERT_EQ(mkfifo((dir / "tokenizer.model").c_str(), 0600), 0);
+  s = LoadTokenizer(dir.string()).status();
+  EXPECT_NE(s.message().find("tokenizer.model: is a FIFO, not a regular file"), std::string::npos)
+      << s;
   ::performer::testing::RemoveTree(dir);
 }
 
