@@ -36,8 +36,9 @@ RUN apt-get update \
 
 WORKDIR /src
 # Only what the configure step reads (.dockerignore keeps the rest out of the
-# context); bench/ is there because the top-level CMakeLists.txt always
-# defines the GPU benchmark targets, even though they are not built.
+# context); bench/ and examples/custom_attention/ are there because the
+# top-level CMakeLists.txt always defines their targets, even though they are
+# not built.
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY proto/ proto/
@@ -46,6 +47,7 @@ COPY core/ core/
 COPY server/ server/
 COPY tools/ tools/
 COPY bench/ bench/
+COPY examples/custom_attention/ examples/custom_attention/
 
 # Release, Ninja; no tests, no benchmarks; CUDA off (no nvcc here, and said
 # explicitly so that a build machine with one cannot link libcudart into a

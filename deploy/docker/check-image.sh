@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Builds the CPU image (the top-level Dockerfile), runs it as Kubernetes
+# would (non-root, read-only root, no capabilities), and checks it:
+#   - the image's user is numeric and not root, every library the binaries
+#     load resolves inside it (ldd), and its size;
+#   - the container serves the default model to a real gRPC client
+#     (performer-client, from the image, in a second container): list, and
+#     a generated text;
+#   - /metrics answers with the server's metrics;
+#   - SIGTERM while a stream runs: the stream still completes, the server
+#     logs its drain and stops, and the container exits 0.
+#
+#   deploy/docker/check-image.sh [--no-build] [IMAGE]   (default performer-serve:check)
+#
+# Needs a Docker daemon: without one (docker info fails) it says so and exits
+# 77 (ctest's skip). Without the base images it makes them with
+# base-images.sh when it can (root, debootstrap), else it skips too.
+# Containers use the host's network (--network host), builds too.
+# Exit status: 0 passed, 1 failed, 77 skipped.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build=1
+if [[ ${1:-} == --no-build ]]; then
+  build=0
+  shift
+fi
+image=${1:-performer-serve:check}
+name="performer-serve-check-$$"
+client_name="performer-client-check-$$"
+
+say() { echo "check-image: $*"; }
+fail() { echo "check-image: FAIL: $*" >&2; exit 1; }
+skip() { echo "check-image: SKIP: $*" >&2; exit 77; }
+
+command -v docker >/dev/null 2>&1 || skip "no docker command"
+docker info >/dev/null 2>&1 || skip "no Docker daemon answers (docker info failed): image not built or checked"
+
+cleanup() {
+  docker rm -f "$name" "$client_name" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# --- Build ---------------------------------------------------------------------
+if (( build )); then
+  if ! docker image inspect debian:12 >/dev/null 2>&1 || ! docker image inspect debian:12-slim >/dev/null 2>&1; then
+    if docker pull debian:12 >/dev/null 2>&1 && docker pull debian:12-slim >/dev/null 2>&1; then
+      say "pulled debian:12 and debian:12-slim"
+    elif (( EUID == 0 )) && command -v debootstrap >/dev/null 2>&1; then
+      say "no debian:12 / debian:12-slim: making them (base-images.sh)"
+      "$root/deploy/docker/base-images.sh" || fail "base-images.sh failed"
+    else
+      skip "no debian:12 / debian:12-slim images and no registry; run deploy/docker/base-images.sh as root"
+    fi
+  fi
+  say "docker build -t $image ."
+  start=$SECONDS
+  docker build --network host -t "$image" "$root" > "${TMPDIR:-/tmp}/check-image-build.log" 2>&1 ||
+    { tail -n 40 "${TMPDIR:-/tmp}/check-image-build.log" >&2; fail "docker build failed"; }
+  say "built in $(( SECONDS - start )) s (log: ${TMPDIR:-/tmp}/check-image-build.log)"
+fi
+docker image inspect "$image" >/dev/null 2>&1 || fail "no image $image"
+
+# --- The image -----------------------------------------------------------------
+size=$(docker image inspect -f '{{.Size}}' "$image")
+say "image $image: $(( size / 1000000 )) MB ($(( size >> 20 )) MiB)"
+user=$(docker image inspect -f '{{.Config.User}}' "$image")
+uid=${user%%:*}
+[[ $uid =~ ^[0-9]+$ && $uid != 0 ]] || fail "image user '$user' is not a numeric non-root UID"
+say "image user $user"
+for binary in /usr/local/bin/performer-serve /usr/local/bin/performer-client \
+              /usr/local/lib/libperformer_sentencepiece.so; do
+  out=$(docker run --rm --network none --entrypoint ldd "$image" "$binary") ||
+    fail "ldd $binary in the image failed"
+  if grep -q 'not found' <<<"$out"; then
+    fail "$binary: libraries missing in the image: $(grep 'not found' <<<"$out" | tr '\n' ' ')"
+  fi
+  say "ldd $binary: $(grep -c '=>' <<<"$out") libraries, all found"
+done
+
+# --- Run it as a pod would -------------------------------------------------------
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+    echo $(( 20000 + RANDOM % 20000 ))
+}
+port=$(free_port)
+metrics_port=$(free_port)
+# --step_delay_ms slows every engine step so that a stream is still running
+# when SIGTERM comes; --drain_timeout lets it finish.
+docker run -d --name "$name" --network host --read-only --tmpfs /tmp \
+  --cap-drop ALL --security-opt no-new-privileges \
+  "$image" --port="$port" --metrics_port="$metrics_port" --metrics_host=127.0.0.1 \
+  --drain_timeout=60s --step_delay_ms=20 >/dev/null
+say "container $name: --port=$port --metrics_port=$metrics_port (read-only root, no capabilities)"
+
+client() {
+  docker run --rm --name "$client_name" --network host --read-only --cap-drop ALL \
+    --entrypoint performer-client "$image" --server="127.0.0.1:$port" "$@"
+}
+deadline=$(( SECONDS + 180 ))
+until models=$(client list 2>/dev/null); do
+  if [[ $(docker inspect -f '{{.State.Running}}' "$name") != true ]]; then
+    docker logs "$name" 2>&1 | tail -n 20 >&2
+    fail "the server exited before it was ready"
+  fi
+  (( SECONDS < deadline )) || fail "the server did not answer within 180 s"
+  sleep 1
+done
+say "performer-client list:"
+sed 's/^/    /' <<<"$models"
+grep -q 'performer-fortunes' <<<"$models" || fail "the default model is not listed"
+running_uid=$(docker exec "$name" id -u)
+[[ $running_uid == "$uid" ]] || fail "the server runs as UID $running_uid, not $uid"
+say "the server runs as UID $running_uid"
+
+text=$(client --temperature=0 --max_new_tokens=24 generate "The best way to" 2>/dev/null) ||
+  fail "generate failed"
+[[ -n $text ]] || fail "generate returned no text"
+say "performer-client generate 'The best way to' (greedy, 24 tokens): $(tr '\n' ' ' <<<"$text")"
+
+metrics=$(docker exec "$name" bash -c \
+  "exec 3<>/dev/tcp/127.0.0.1/$metrics_port && printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3") ||
+  fail "GET /metrics failed"
+for metric in performer_model_info performer_engine_free_slots performer_engine_queued_requests \
+              performer_requests_total performer_generated_tokens_total; do
+  grep -q "^$metric" <<<"$metrics" || fail "/metrics lacks $metric"
+done
+say "/metrics: $(grep -c '^performer_' <<<"$metrics") performer_ samples; $(grep '^performer_generated_tokens_total' <<<"$metrics" | head -n 1)"
+
+# --- SIGTERM with a stream running: drain ---------------------------------------------
+stream_out="${TMPDIR:-/tmp}/check-image-stream.$$"
+client --temperature=0 --max_new_tokens=200 generate "Once upon a time" >"$stream_out" 2>&1 &
+stream=$!
+sleep 2
+kill -0 "$stream" 2>/dev/null || fail "the stream ended before SIGTERM: $(cat "$stream_out")"
+say "SIGTERM (docker stop -t 90) with a stream running"
+start=$SECONDS
+docker stop -t 90 "$name" >/dev/null
+stopped=$(( SECONDS - start ))
+stream_status=0
+wait "$stream" || stream_status=$?
+exit_code=$(docker inspect -f '{{.State.ExitCode}}' "$name")
+logs=$(docker logs "$name" 2>&1)
+grep -q '"drain"' <<<"$logs" || fail "no drain event in the server's log"
+grep -q '"stopped"' <<<"$logs" || fail "no stopped event in the server's log"
+(( stream_status == 0 )) || fail "the running stream failed during the drain: $(tail -n 3 "$stream_out")"
+[[ $exit_code == 0 ]] || fail "the container exited with $exit_code"
+say "the stream completed ($(tail -n 1 "$stream_out")); the server drained and stopped in ${stopped} s; exit code 0"
+rm -f "$stream_out"
+say "OK"
