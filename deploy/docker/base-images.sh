@@ -4,17 +4,18 @@
 # (bookworm) root from the Debian mirror this machine's apt already uses, and
 # `docker import` it under both tags.
 #
-#   sudo deploy/docker/base-images.sh            # both tags, unless present
-#   sudo deploy/docker/base-images.sh --force    # remake them
+#   sudo deploy/docker/base-images.sh            # the tags not present yet
+#   sudo deploy/docker/base-images.sh --force    # remake both
 #
 # Needs root, debootstrap and a running Docker daemon. The mirror is the first
 # `deb` source of /etc/apt/sources.list or /etc/apt/sources.list.d/ (one-line
 # or deb822 format) that carries the suite bookworm; MIRROR=URL overrides it.
 # The images' apt sources are that mirror (bookworm, bookworm-updates) and the
 # one the host uses for bookworm-security, if any (SECURITY_MIRROR=URL).
-# Both tags are the same minbase root (~120 MB): the Dockerfile's stages
-# install what each needs, and a minbase root is smaller than Docker Hub's
-# debian:12-slim.
+# debian:12 is the minbase root; debian:12-slim is the same root without
+# documentation (copyright files kept), manual pages and translations, and
+# with a dpkg configuration that keeps later packages from adding them, as
+# the slim variant of Docker Hub's image is made.
 set -euo pipefail
 
 force=0
@@ -26,8 +27,12 @@ die() { echo "base-images.sh: $*" >&2; exit 1; }
 command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
 docker info >/dev/null 2>&1 || die "no Docker daemon answers (docker info)"
 
-if (( ! force )) && docker image inspect debian:12 >/dev/null 2>&1 \
-    && docker image inspect debian:12-slim >/dev/null 2>&1; then
+# Only the missing tags (a new debian:12 would invalidate every build cache).
+tags=()
+for tag in debian:12 debian:12-slim; do
+  if (( force )) || ! docker image inspect "$tag" >/dev/null 2>&1; then tags+=("$tag"); fi
+done
+if (( ${#tags[@]} == 0 )); then
   echo "debian:12 and debian:12-slim exist (--force remakes them)"
   exit 0
 fi
@@ -80,8 +85,32 @@ rm -f "$root/etc/apt/sources.list"
   fi
 } > "$root/etc/apt/sources.list.d/debian.sources"
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
+# apt downloads as _apt into this folder.
+chroot "$root" chown _apt:root /var/cache/apt/archives/partial
 
-tar --numeric-owner -C "$root" -c . \
-  | docker import --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' - debian:12
-docker tag debian:12 debian:12-slim
+import_as() {
+  tar --numeric-owner -C "$root" -c . \
+    | docker import --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' - "$1"
+}
+[[ " ${tags[*]} " == *" debian:12 "* ]] && import_as debian:12
+
+if [[ " ${tags[*]} " == *" debian:12-slim "* ]]; then
+  cat > "$root/etc/dpkg/dpkg.cfg.d/slim" <<'SLIM'
+# No documentation, manual pages or translations (the copyright files stay).
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+SLIM
+  find "$root/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+  rm -rf "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/groff/* \
+    "$root"/usr/share/lintian/*
+  find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+  import_as debian:12-slim
+fi
 docker image ls debian

