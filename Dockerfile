@@ -74,7 +74,7 @@ COPY --from=base-packages /base-packages.txt /
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libopenblas0-openmp \
  && rm -rf /var/lib/apt/lists/* \
- && runtime-libraries.sh /base-packages.txt /runtime \
+ && bash /usr/local/bin/runtime-libraries.sh /base-packages.txt /runtime \
       build/server/performer-serve build/server/libperformer_sentencepiece.so \
       build/tools/performer-client
 

@@ -80,7 +80,7 @@ RUN cmake -S . -B build -G Ninja \
 # copied. The driver's (libcuda.so.1) comes from the host at run time.
 COPY deploy/docker/runtime-libraries.sh /usr/local/bin/
 COPY --from=base-packages /base-packages.txt /
-RUN runtime-libraries.sh /base-packages.txt /runtime \
+RUN bash /usr/local/bin/runtime-libraries.sh /base-packages.txt /runtime \
       build/server/performer-serve build/server/libperformer_sentencepiece.so \
       build/tools/performer-client
 
