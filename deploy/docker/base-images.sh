@@ -71,6 +71,7 @@ echo "debootstrap --variant=minbase $suite from $mirror"
 
 root=$(mktemp -d /var/tmp/debian12-root.XXXXXX)
 trap 'rm -rf "$root"' EXIT
+chmod 0755 "$root"  # the image's /: mktemp made it 0700, which only root could traverse
 debootstrap --variant=minbase "$suite" "$root" "$mirror"
 
 # The same mirrors as the host, so that apt-get in a build stage reaches them;
@@ -90,7 +91,8 @@ chroot "$root" chown _apt:root /var/cache/apt/archives/partial
 
 import_as() {
   tar --numeric-owner -C "$root" -c . \
-    | docker import --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' - "$1"
+    | docker import --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$1"
 }
 [[ " ${tags[*]} " == *" debian:12 "* ]] && import_as debian:12
 

@@ -2,7 +2,7 @@
 # Builds the CPU image (the top-level Dockerfile), runs it as Kubernetes
 # would (non-root, read-only root, no capabilities), and checks it:
 #   - the image's user is numeric and not root, every library the binaries
-#     load resolves inside it (ldd), and its size;
+#     load resolves inside it (the loader's --list), and its size;
 #   - the container serves the default model to a real gRPC client
 #     (performer-client, from the image, in a second container): list, and
 #     a generated text;
@@ -81,12 +81,14 @@ uid=${user%%:*}
 say "image user $user"
 for binary in /usr/local/bin/performer-serve /usr/local/bin/performer-client \
               /usr/local/lib/libperformer_sentencepiece.so; do
-  out=$(docker run --rm --network none --entrypoint ldd "$image" "$binary") ||
-    fail "ldd $binary in the image failed"
+  # The dynamic loader's --list is ldd without ldd (not in a minimal image).
+  out=$(docker run --rm --network none --entrypoint /bin/sh "$image" \
+          -c 'set -- /lib*/ld-linux*.so.* "$0"; exec "$1" --list "$0"' "$binary") ||
+    fail "the loader cannot list the libraries of $binary in the image"
   if grep -q 'not found' <<<"$out"; then
     fail "$binary: libraries missing in the image: $(grep 'not found' <<<"$out" | tr '\n' ' ')"
   fi
-  say "ldd $binary: $(grep -c '=>' <<<"$out") libraries, all found"
+  say "$binary: $(grep -c '=>' <<<"$out") libraries, all found (the loader's --list)"
 done
 
 # --- Run it as a pod would -------------------------------------------------------
@@ -106,7 +108,7 @@ say "container $name: --port=$port --metrics_port=$metrics_port (read-only root,
 
 client() {
   docker run --rm --name "$client_name" --network host --read-only --cap-drop ALL \
-    --entrypoint performer-client "$image" --server="127.0.0.1:$port" "$@"
+    --entrypoint /usr/local/bin/performer-client "$image" --server="127.0.0.1:$port" "$@"
 }
 deadline=$(( SECONDS + 180 ))
 until models=$(client list 2>/dev/null); do
@@ -120,7 +122,7 @@ done
 say "performer-client list:"
 sed 's/^/    /' <<<"$models"
 grep -q 'performer-fortunes' <<<"$models" || fail "the default model is not listed"
-running_uid=$(docker exec "$name" id -u)
+running_uid=$(docker exec "$name" /usr/bin/id -u)
 [[ $running_uid == "$uid" ]] || fail "the server runs as UID $running_uid, not $uid"
 say "the server runs as UID $running_uid"
 
@@ -129,9 +131,11 @@ text=$(client --temperature=0 --max_new_tokens=24 generate "The best way to" 2>/
 [[ -n $text ]] || fail "generate returned no text"
 say "performer-client generate 'The best way to' (greedy, 24 tokens): $(tr '\n' ' ' <<<"$text")"
 
-metrics=$(docker exec "$name" bash -c \
-  "exec 3<>/dev/tcp/127.0.0.1/$metrics_port && printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3") ||
-  fail "GET /metrics failed"
+scrape() {  # GET /metrics from inside the container (bash's /dev/tcp: no HTTP client needed)
+  docker exec "$name" /bin/bash -c \
+    "exec 3<>/dev/tcp/127.0.0.1/$metrics_port && printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3"
+}
+metrics=$(scrape) || fail "GET /metrics failed"
 for metric in performer_model_info performer_engine_free_slots performer_engine_queued_requests \
               performer_requests_total performer_generated_tokens_total; do
   grep -q "^$metric" <<<"$metrics" || fail "/metrics lacks $metric"
@@ -140,10 +144,15 @@ say "/metrics: $(grep -c '^performer_' <<<"$metrics") performer_ samples; $(grep
 
 # --- SIGTERM with a stream running: drain ---------------------------------------------
 stream_out="${TMPDIR:-/tmp}/check-image-stream.$$"
-client --temperature=0 --max_new_tokens=200 generate "Once upon a time" >"$stream_out" 2>&1 &
+# 1000 tokens at --step_delay_ms=20: about 20 s of streaming.
+client --temperature=0 --max_new_tokens=1000 generate "Once upon a time" >"$stream_out" 2>&1 &
 stream=$!
-sleep 2
-kill -0 "$stream" 2>/dev/null || fail "the stream ended before SIGTERM: $(cat "$stream_out")"
+deadline=$(( SECONDS + 60 ))
+until scrape | grep -q '^performer_engine_active_sequences{.*} [1-9]'; do
+  kill -0 "$stream" 2>/dev/null || fail "the stream ended before SIGTERM: $(cat "$stream_out")"
+  (( SECONDS < deadline )) || fail "the stream did not start within 60 s"
+  sleep 0.5
+done
 say "SIGTERM (docker stop -t 90) with a stream running"
 start=$SECONDS
 docker stop -t 90 "$name" >/dev/null
@@ -156,7 +165,7 @@ grep -q '"drain"' <<<"$logs" || fail "no drain event in the server's log"
 grep -q '"stopped"' <<<"$logs" || fail "no stopped event in the server's log"
 (( stream_status == 0 )) || fail "the running stream failed during the drain: $(tail -n 3 "$stream_out")"
 [[ $exit_code == 0 ]] || fail "the container exited with $exit_code"
-say "the stream completed ($(tail -n 1 "$stream_out")); the server drained and stopped in ${stopped} s; exit code 0"
+say "the stream completed ($(grep -o 'finish=.*' "$stream_out" | tail -n 1)); the server drained and stopped in ${stopped} s; exit code 0"
 rm -f "$stream_out"
 
 # --- The CUDA image's libtorch stage, with a stand-in LibTorch ---------------------------
