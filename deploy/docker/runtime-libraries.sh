@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Copies into ROOT the shared libraries that BINARY... load and that the
 # runtime base image lacks, so that the image's runtime stage carries those
-# files and nothing else (no package manager run, no unused package of a
-# library's Depends: Debian's LibTorch alone would pull about 0.9 GB).
+# files and nothing else (no package manager run, no package that only a
+# library's Depends brings: about 0.6 GB for Debian's LibTorch).
 #
 #   runtime-libraries.sh [--dry-run] BASE_PACKAGES ROOT BINARY...
 #
