@@ -1,17 +1,21 @@
 # performer-serve container image: the gRPC server (and performer-client, for
 # debugging from inside a pod) on Debian 12, CPU only, with the default model
-# repository (models/) at /models.
+# repository (models/) at /models. Base images without a registry:
+# deploy/docker/base-images.sh; build, run and query it:
+# deploy/docker/check-image.sh (deploy/README.md, "Container image").
 #
-#   docker build -t performer-serve:$(git rev-parse --short HEAD) .
-#   docker run --rm -p 50051:50051 -p 9464:9464 performer-serve:<tag>
+#   docker build --network host -t performer-serve:$(git rev-parse --short HEAD) .
+#   docker run --rm --network host performer-serve:<tag>
 #
-# Kubernetes manifests: deploy/kubernetes (deploy/README.md). The runtime
-# package list below is checked against `ldd` of the built binaries by
-# tests/deploy/check_kubernetes.sh (ctest deploy.kubernetes).
-#
-# CPU only: Debian 12's LibTorch (libtorch1.13) has no CUDA, and a CUDA
-# LibTorch is not a Debian package, so --device=cuda exits with code 2 in this
-# image (docs/gpu.md).
+# CPU only: Debian 12's LibTorch (libtorch1.13) has no CUDA, so --device=cuda
+# exits with code 2 in this image. The CUDA image is
+# deploy/docker/cuda.Dockerfile.
+
+# --- the runtime base's packages ----------------------------------------------
+# What the runtime base image already has: the build stage copies every other
+# library the binaries load (deploy/docker/runtime-libraries.sh).
+FROM debian:12-slim AS base-packages
+RUN dpkg-query -W -f='${Package}\n' > /base-packages.txt
 
 # --- build -------------------------------------------------------------------
 FROM debian:12 AS build
@@ -32,8 +36,9 @@ RUN apt-get update \
 
 WORKDIR /src
 # Only what the configure step reads (.dockerignore keeps the rest out of the
-# context); bench/ is there because the top-level CMakeLists.txt always
-# defines the GPU benchmark targets, even though they are not built.
+# context); bench/ and examples/custom_attention/ are there because the
+# top-level CMakeLists.txt always defines their targets, even though they are
+# not built.
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY proto/ proto/
@@ -42,6 +47,7 @@ COPY core/ core/
 COPY server/ server/
 COPY tools/ tools/
 COPY bench/ bench/
+COPY examples/custom_attention/ examples/custom_attention/
 
 # Release, Ninja; no tests, no benchmarks; CUDA off (no nvcc here, and said
 # explicitly so that a build machine with one cannot link libcudart into a
@@ -56,26 +62,26 @@ RUN cmake -S . -B build -G Ninja \
       -DPERFORMER_WITH_CUDA=OFF \
  && cmake --build build --target performer-serve performer-client
 
+# The runtime's shared libraries: exactly the files `ldd` resolves for the
+# three binaries, less the runtime base's (runtime-libraries.sh), instead of
+# apt-get installing their packages, whose Depends bring about 0.6 GB that
+# nothing loads (the image: 614 MB, against 1.24 GB with the packages).
+# libopenblas0-openmp makes
+# libblas.so.3, which LibTorch links, OpenBLAS: apt's own pick is the
+# reference BLAS, about 25x slower.
+COPY deploy/docker/runtime-libraries.sh /usr/local/bin/
+COPY --from=base-packages /base-packages.txt /
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libopenblas0-openmp \
+ && rm -rf /var/lib/apt/lists/* \
+ && bash /usr/local/bin/runtime-libraries.sh /base-packages.txt /runtime \
+      build/server/performer-serve build/server/libperformer_sentencepiece.so \
+      build/tools/performer-client
+
 # --- runtime -----------------------------------------------------------------
 FROM debian:12-slim AS runtime
 LABEL org.opencontainers.image.title="performer-serve" \
       org.opencontainers.image.description="gRPC server for Performer language models (CPU, LibTorch)"
-
-# The shared libraries of the binaries, by Debian package: the packages that
-# own the libraries performer-serve, performer-client and the SentencePiece
-# plugin link directly (readelf -d NEEDED -> dpkg -S); apt brings the rest of
-# their closure (LibTorch's many dependencies). libopenblas0-openmp is the
-# BLAS that LibTorch reaches through the libblas.so.3 alternative: without it
-# apt picks the reference BLAS, about 25x slower. libc6, libstdc++6 and
-# libgcc-s1 come with debian:12-slim.
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libtorch1.13 libopenblas0-openmp libgomp1 \
-      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libssl3 \
-      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
-      libspdlog1.10 libfmt9 \
-      libsentencepiece0 \
- && rm -rf /var/lib/apt/lists/*
 
 # A fixed numeric UID/GID: Kubernetes' runAsNonRoot can only verify a
 # numeric USER.
@@ -83,7 +89,10 @@ RUN groupadd --gid 10001 performer \
  && useradd --uid 10001 --gid performer --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin performer
 
-# Least often changed first: the model repository, then the binaries.
+# Least often changed first: the libraries (with their copyright files and
+# /usr/share/doc/performer-serve/runtime-libraries.txt, which lists them by
+# package and version), the model repository, then the binaries.
+COPY --from=build /runtime/ /
 COPY models/ /models/
 # The plugin goes on the library search path: the server looks for it at its
 # build-tree path first, then by name (server/tokenizer/sentencepiece_model.cc).
@@ -95,8 +104,8 @@ RUN ldconfig
 USER 10001:10001
 EXPOSE 50051 9464
 # The server is PID 1 and handles SIGTERM itself (sigwait): health turns
-# NOT_SERVING, running streams drain for --drain_timeout, exit 0. Checked as
-# PID 1 of a PID namespace (unshare --pid), with streams running.
+# NOT_SERVING, running streams drain for --drain_timeout, exit 0
+# (deploy/docker/check-image.sh checks it).
 STOPSIGNAL SIGTERM
 # Flags given after the image (docker run ... IMAGE --flag, Kubernetes args)
 # are appended and, for the same flag, the later one wins.

