@@ -484,13 +484,15 @@ def read_dockerfile(path=DOCKERFILE, runtime_base=RUNTIME_BASE):
                 "ldconfig" in run and line > copy["line"] for line, run in image["runs"]):
             errors.append(f"Dockerfile:{copy['line']}: the plugin is copied to /usr/local/lib but no "
                           "later RUN ldconfig puts it into the loader's cache")
-    # Every directory the top-level CMakeLists.txt adds (but tests/, off in
-    # the image) must be in the build stage, or configure fails.
+    # Every directory the top-level CMakeLists.txt adds (but tests/ and what
+    # is below it, off in the image) must be in the build stage, or configure
+    # fails.
     copied = [os.path.normpath(src) for c in image["copies"] if c["from"] is None
               for src in c["sources"]]
     cmake_lists = open(os.path.join(ROOT, "CMakeLists.txt")).read()
     for sub in re.findall(r"^\s*add_subdirectory\(\s*([\w/.-]+)", cmake_lists, re.M):
-        if sub != "tests" and not any(sub == c or sub.startswith(c + "/") for c in copied):
+        if sub.split("/")[0] != "tests" and not any(sub == c or sub.startswith(c + "/")
+                                                     for c in copied):
             errors.append(f"{label}: CMakeLists.txt adds {sub}/, which the build stage does not COPY")
     image["model_copies"] = [c["dest"].rstrip("/") for c in image["copies"] if c["from"] is None
                              and any(s.rstrip("/") == "models" for s in c["sources"])]
