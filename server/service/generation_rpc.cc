@@ -115,11 +115,15 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const Requ
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
+absl::Status UnknownModelError(const char* field, const std::string& name) {
+  return absl::NotFoundError(absl::StrCat(field, ": no model named \"", BoundUserText(name),
+                                          "\" is hosted here (see ListModels)"));
+}
+
 absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name) {
   HostedModel* model = repository.Find(name);
   if (model == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model: no model named \"", BoundUserText(name),
-                                            "\" is hosted here (see ListModels)"));
+    return UnknownModelError("model", name);
   }
   if (model->engine == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -42,6 +42,10 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const Requ
                                             const google::protobuf::RepeatedField<int32_t>& ids,
                                             const char* field);
 
+// NOT_FOUND for a model name the repository does not host; `field` names
+// the request field, and the name is quoted bounded (BoundUserText).
+absl::Status UnknownModelError(const char* field, const std::string& name);
+
 // The model of a generation request: NOT_FOUND for an unknown name,
 // FAILED_PRECONDITION for a model that cannot generate (an encoder).
 absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name);

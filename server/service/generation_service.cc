@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
-#include "server/logging/user_text.h"
 #include "server/repository/embedder.h"
 #include "server/security/call_gate.h"
 #include "server/service/generation_rpc.h"
@@ -212,11 +211,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContex
   RpcScope scope(options_.observers, "GetModel", kPerformerProtocol, context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return AnswerNow(
-        context, scope,
-        grpc::Status(grpc::StatusCode::NOT_FOUND,
-                     absl::StrCat("name: no model named \"", BoundUserText(request->name()),
-                                  "\" is hosted here (see ListModels)")));
+    return AnswerNow(context, scope, ToGrpc(UnknownModelError("name", request->name())));
   }
   scope.record().model = model->name;
   FillModelInfo(*model, response);
@@ -252,10 +247,7 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
   }
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
-    return call->Answer(
-        grpc::Status(grpc::StatusCode::NOT_FOUND,
-                     absl::StrCat("model: no model named \"", BoundUserText(request->model()),
-                                  "\" is hosted here (see ListModels)")));
+    return call->Answer(ToGrpc(UnknownModelError("model", request->model())));
   }
   call->scope.record().model = model->name;
   if (model->embedder == nullptr) {
