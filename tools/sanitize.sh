@@ -22,6 +22,9 @@ shift || true
 JOBS="${JOBS:-2}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+# -g1 would otherwise put the working directory in ccache's hash, so that
+# every fresh clone (CI's) rebuilt from nothing.
+export CCACHE_NOHASHDIR=1
 supp="$PWD/tools/sanitizers"
 
 # Only what the suites run: no benchmarks, no CUDA, no parity binary.

@@ -1,7 +1,9 @@
 #include "server/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/bounded_file.h"
@@ -11,6 +13,19 @@ namespace performer::server {
 namespace {
 
 namespace fs = std::filesystem;
+
+// U+FFFD, which SentencePiece shows for bytes of a character not complete
+// yet.
+constexpr std::string_view kReplacementCharacter = "\xef\xbf\xbd";
+
+// Whether `text` may still change when more ids follow: it ends inside a
+// UTF-8 character or on U+FFFD.
+bool MayChange(const std::string& text) {
+  if (CompleteUtf8Prefix(text) != text.size()) return true;
+  return text.size() >= kReplacementCharacter.size() &&
+         text.compare(text.size() - kReplacementCharacter.size(), kReplacementCharacter.size(),
+                      kReplacementCharacter) == 0;
+}
 
 // Byte-level: id = byte value, 256 tokens.
 class ByteTokenizer : public Tokenizer {
@@ -31,12 +46,22 @@ class ByteTokenizer : public Tokenizer {
     }
     return out;
   }
+  // Bytes decode the same in any context.
+  std::string DecodeContinuation(const std::vector<int32_t>& ids) const override {
+    return Decode(ids);
+  }
 };
 
+// SentencePiece drops the leading "▁" (space) of a piece while the text
+// decoded before it is empty (in some versions: of the first such piece
+// only), and merges byte pieces into characters. A continuation is
+// therefore decoded behind an anchor: one piece whose text is not empty and
+// does not merge with what follows (the piece for "a", found at load), whose
+// own text is then cut off.
 class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::unique_ptr<SentencePieceModel> model)
-      : model_(std::move(model)) {}
+      : model_(std::move(model)), anchor_(FindAnchor()) {}
   std::string name() const override { return "sentencepiece"; }
   int64_t vocab_size() const override { return model_->vocab_size(); }
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
@@ -52,9 +77,45 @@ class SentencePieceTokenizer : public Tokenizer {
     }
     return model_->Decode(valid);
   }
+  std::string DecodeContinuation(const std::vector<int32_t>& ids) const override {
+    std::vector<int32_t> anchored;
+    anchored.reserve(ids.size() + 1);
+    anchored.push_back(anchor_.id);
+    anchored.insert(anchored.end(), ids.begin(), ids.end());
+    const std::string text = Decode(anchored);
+    // FindAnchor checked that the anchor's text opens what follows it.
+    return text.substr(std::min(anchor_.text_size, text.size()));
+  }
 
  private:
+  // A piece P with text t such that Decode({P, P}) == t + " " + t or t + t
+  // (its text is whole and does not merge with the next piece): the piece
+  // for "a" in any real vocabulary, else the first such id.
+  struct Anchor {
+    int32_t id = -1;  // -1 decodes to nothing: continuations then decode as Decode does
+    size_t text_size = 0;
+  };
+  Anchor FindAnchor() const {
+    const auto anchor = [this](int32_t id) -> std::optional<Anchor> {
+      const std::string alone = Decode({id});
+      if (alone.empty() || MayChange(alone)) return std::nullopt;
+      const std::string twice = Decode({id, id});
+      if (twice != alone + alone && twice != alone + " " + alone) return std::nullopt;
+      return Anchor{id, alone.size()};
+    };
+    for (const char* letter : {"a", "e", "x", "0"}) {
+      absl::StatusOr<std::vector<int32_t>> ids = Encode(letter);
+      if (!ids.ok() || ids->size() != 1) continue;
+      if (std::optional<Anchor> found = anchor((*ids)[0])) return *found;
+    }
+    for (int32_t id = 0; id < model_->vocab_size(); ++id) {
+      if (std::optional<Anchor> found = anchor(id)) return *found;
+    }
+    return Anchor{};
+  }
+
   std::unique_ptr<SentencePieceModel> model_;
+  const Anchor anchor_;
 };
 
 }  // namespace
@@ -83,36 +144,23 @@ size_t CompleteUtf8Prefix(std::string_view text) {
   return n;
 }
 
-std::string IncrementalDetokenizer::DecodeRange(size_t begin, size_t end) const {
-  return tokenizer_.Decode(std::vector<int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                ids_.begin() + static_cast<std::ptrdiff_t>(end)));
+std::string IncrementalDetokenizer::PendingText() const {
+  return released_.empty() ? tokenizer_.Decode(pending_) : tokenizer_.DecodeContinuation(pending_);
 }
 
 std::string IncrementalDetokenizer::Push(const std::vector<int32_t>& ids) {
-  ids_.insert(ids_.end(), ids.begin(), ids.end());
-  const std::string before = DecodeRange(window_begin_, window_end_);
-  const std::string text = DecodeRange(window_begin_, ids_.size());
-  // Release only when the new text extends the old one and ends on a
-  // complete UTF-8 character (SentencePiece may rewrite the last piece's
-  // text; a character may be split over tokens).
-  if (text.size() <= before.size() || text.compare(0, before.size(), before) != 0 ||
-      CompleteUtf8Prefix(text) != text.size()) {
-    return "";
-  }
-  std::string fresh = text.substr(before.size());
-  released_ += fresh;
-  window_begin_ = window_end_;
-  window_end_ = ids_.size();
-  return fresh;
+  pending_.insert(pending_.end(), ids.begin(), ids.end());
+  std::string text = PendingText();
+  if (text.empty() || MayChange(text)) return "";
+  released_ += text;
+  pending_.clear();
+  return text;
 }
 
 std::string IncrementalDetokenizer::Finish() {
-  const std::string before = DecodeRange(window_begin_, window_end_);
-  const std::string text = DecodeRange(window_begin_, ids_.size());
-  if (text.size() <= before.size() || text.compare(0, before.size(), before) != 0) return "";
-  std::string rest = text.substr(before.size());
+  std::string rest = PendingText();
   released_ += rest;
-  window_begin_ = window_end_ = ids_.size();
+  pending_.clear();
   return rest;
 }
 

@@ -21,12 +21,21 @@ class Tokenizer {
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
   // Ids outside the vocabulary decode to nothing.
   virtual std::string Decode(const std::vector<int32_t>& ids) const = 0;
+  // The text `ids` add when they follow ids whose text is not empty: for
+  // any such prefix p, Decode(p + ids) == Decode(p) + DecodeContinuation(ids)
+  // as long as Decode(p) ends on a complete character. Decode differs at the
+  // start (SentencePiece drops the leading space of the opening pieces).
+  virtual std::string DecodeContinuation(const std::vector<int32_t>& ids) const = 0;
 };
 
 // Streaming detokenization: text is released only once it is complete (a
-// UTF-8 character split over tokens, or a SentencePiece piece whose text
-// depends on the next token, is held back), so concatenating every Push()
-// and the final Finish() gives exactly Decode(all ids).
+// UTF-8 character split over tokens, or bytes that SentencePiece shows as
+// U+FFFD until the rest of their character arrives, are held back), so
+// concatenating every Push() and the final Finish() gives exactly
+// Decode(all ids). Each Push decodes only the ids not yet released (O(1)
+// per token), except while every id so far decodes to nothing: those are
+// decoded from the start, since the first text's leading space depends on
+// them.
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
@@ -38,19 +47,15 @@ class IncrementalDetokenizer {
   const std::string& released() const { return released_; }
 
  private:
-  // Text of ids_[begin, end).
-  std::string DecodeRange(size_t begin, size_t end) const;
+  // The text of `pending_`: Decode while nothing is released, else
+  // DecodeContinuation.
+  std::string PendingText() const;
 
   const Tokenizer& tokenizer_;
-  std::vector<int32_t> ids_;
+  // Ids whose text is not released yet: every id so far while released_ is
+  // empty.
+  std::vector<int32_t> pending_;
   std::string released_;
-  // Only a window of recent ids is re-decoded per token (so a long
-  // generation costs O(1) per token, not O(length)): the text of
-  // ids_[window_begin_, ids_.size()) minus that of ids_[window_begin_,
-  // window_end_) is what is new. The window keeps the previous piece so
-  // that SentencePiece's leading-space rule sees its context.
-  size_t window_begin_ = 0;
-  size_t window_end_ = 0;
 };
 
 // `text` with every invalid UTF-8 sequence (stray or missing continuation

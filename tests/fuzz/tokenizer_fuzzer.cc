@@ -5,13 +5,6 @@
 // contract in tokenizer.h); SanitizeUtf8 returns valid UTF-8 (a fixed
 // point) and CompleteUtf8Prefix a prefix length. Ids outside the vocabulary
 // decode to nothing.
-//
-// The streaming check is known to fail for SentencePiece: with runs of "▁"
-// pieces (and ids outside the vocabulary between pieces) the concatenated
-// Push() text loses spaces that Decode() keeps (docs/reliability.md,
-// "Fuzzing"). It runs for SentencePiece only with
-// PERFORMER_FUZZ_SENTENCEPIECE_STREAMING=1, so that the default run keeps
-// checking everything else.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdio>
@@ -74,8 +67,6 @@ void CheckIncremental(const Tokenizer& tokenizer, const std::vector<int32_t>& id
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::unique_ptr<Tokenizer> bytes = performer::server::MakeByteTokenizer();
   static const std::unique_ptr<Tokenizer> pieces = TrainSentencePiece();
-  static const bool check_sentencepiece_streaming =
-      std::getenv("PERFORMER_FUZZ_SENTENCEPIECE_STREAMING") != nullptr;
   FuzzedDataProvider input(data, size);
   const std::string text = input.ConsumeRandomLengthString(4096);
   const bool sentencepiece = input.ConsumeBool();
@@ -91,20 +82,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (id < 0 || id >= tokenizer.vocab_size()) std::abort();
     }
     if (!sentencepiece && tokenizer.Decode(*ids) != text) std::abort();
-    if (!sentencepiece || check_sentencepiece_streaming) CheckIncremental(tokenizer, *ids, input);
+    CheckIncremental(tokenizer, *ids, input);
   }
   // Arbitrary ids, some outside the vocabulary.
   std::vector<int32_t> arbitrary;
   while (input.remaining_bytes() >= 4 && arbitrary.size() < 256) {
     arbitrary.push_back(input.ConsumeIntegralInRange<int32_t>(-2, 300));
   }
-  if (!sentencepiece || check_sentencepiece_streaming) {
-    CheckIncremental(tokenizer, arbitrary, input);
-  } else {
-    // Memory safety only.
-    performer::server::IncrementalDetokenizer detokenizer(tokenizer);
-    for (int32_t id : arbitrary) (void)detokenizer.Push({id});
-    (void)detokenizer.Finish();
-  }
+  CheckIncremental(tokenizer, arbitrary, input);
   return 0;
 }

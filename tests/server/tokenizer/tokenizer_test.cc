@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "server/tokenizer/sentencepiece_model.h"
 #include "tests/testing/remove_tree.h"
@@ -110,6 +111,51 @@ TEST_F(SentencePieceTest, LoadsFromTokenizerJsonAndRoundTrips) {
   streamed += d.Finish();
   EXPECT_EQ(streamed, text);
   fs::remove(*dir_ / "tokenizer.json");
+}
+
+// The streaming contract on id sequences a model may emit but Encode never
+// gives: runs of ids whose text alone is empty ("▁", controls), ids outside
+// the vocabulary, pushed in chunks of any size. Streamed text lost spaces
+// here when SentencePiece's leading-space rule saw a window of such ids
+// without the text before it.
+TEST_F(SentencePieceTest, StreamingGivesTheWholeDecodeForAnyIds) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> loaded =
+      LoadSentencePieceTokenizer((*dir_ / "tokenizer.model").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const Tokenizer& t = **loaded;
+  std::vector<int32_t> empty_alone;
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    if (t.Decode({id}).empty()) empty_alone.push_back(id);
+  }
+  ASSERT_GE(empty_alone.size(), 2u);  // at least "▁" and the controls
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> any_id(-2, static_cast<int32_t>(t.vocab_size()) + 2);
+  std::uniform_int_distribution<size_t> empty_id(0, empty_alone.size() - 1);
+  for (int sequence = 0; sequence < 2000; ++sequence) {
+    std::vector<int32_t> ids(1 + rng() % 40);
+    for (int32_t& id : ids) id = rng() % 2 ? empty_alone[empty_id(rng)] : any_id(rng);
+    IncrementalDetokenizer d(t);
+    std::string streamed;
+    for (size_t at = 0; at < ids.size();) {
+      const size_t n = 1 + rng() % std::min<size_t>(4, ids.size() - at);
+      streamed += d.Push(std::vector<int32_t>(ids.begin() + at, ids.begin() + at + n));
+      at += n;
+    }
+    streamed += d.Finish();
+    ASSERT_EQ(streamed, t.Decode(ids)) << "sequence " << sequence;
+    ASSERT_EQ(d.released(), streamed);
+  }
+}
+
+TEST(IncrementalDetokenizerTest, HoldsBackAReplacementCharacterUntilTheNextId) {
+  std::unique_ptr<Tokenizer> t = MakeByteTokenizer();
+  IncrementalDetokenizer d(*t);
+  EXPECT_EQ(d.Push({'a', 0xef, 0xbf, 0xbd}), "");
+  EXPECT_EQ(d.Push({'b'}),
+            "a\xef\xbf\xbd"
+            "b");
+  EXPECT_EQ(d.Push({0xef, 0xbf, 0xbd}), "");
+  EXPECT_EQ(d.Finish(), "\xef\xbf\xbd");
 }
 
 TEST(LoadTokenizerTest, FolderWithoutTokenizerAndBadFiles) {
