@@ -25,6 +25,9 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// How often the engine's thread drops expired sessions, busy or idle.
+constexpr absl::Duration kSessionSweepPeriod = absl::Seconds(1);
+
 // The session store's key of `owner`'s session `id`: each caller has its
 // own namespace of session ids, as of request ids. Caller names hold no
 // "/" (token_file.h); the anonymous caller's ids are their own keys.
@@ -189,7 +192,7 @@ EngineStats Engine::Stats() const {
   stats.steps = steps_.load();
   stats.generated_tokens = generated_tokens_.load();
   stats.prefix_cache = prefix_cache_->Stats();
-  stats.sessions = sessions_->Stats(absl::Now());
+  stats.sessions = sessions_->Stats();
   return stats;
 }
 
@@ -267,7 +270,13 @@ void Engine::Stop() {
 void Engine::Loop() {
   // This thread waits for work; each iteration runs on the process's
   // compute thread (compute_thread.h), where all model work runs.
-  while (scheduler_->WaitForWork()) {
+  absl::Time swept = absl::InfinitePast();
+  while (scheduler_->WaitForWork(kSessionSweepPeriod)) {
+    if (const absl::Time now = absl::Now(); now - swept >= kSessionSweepPeriod) {
+      sessions_->Expire(now);
+      swept = now;
+    }
+    if (!scheduler_->HasWork()) continue;
     if (StallHookReached()) {
       // Test hook: a stuck engine (the heartbeat stops while work waits).
       scheduler_->WaitUntilStopped();

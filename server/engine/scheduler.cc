@@ -83,9 +83,14 @@ bool Scheduler::CancelAnyOwner(const std::string& request_id) {
   return cancelled;
 }
 
-bool Scheduler::WaitForWork() {
+bool Scheduler::WaitForWork(absl::Duration max_wait) {
   std::unique_lock<std::mutex> lock(mu_);
-  wake_.wait(lock, [&] { return stopped_ || !queue_.empty() || !running_.empty(); });
+  const auto ready = [&] { return stopped_ || !queue_.empty() || !running_.empty(); };
+  if (max_wait == absl::InfiniteDuration()) {
+    wake_.wait(lock, ready);
+  } else {
+    wake_.wait_for(lock, absl::ToChronoNanoseconds(max_wait), ready);
+  }
   return !stopped_;
 }
 

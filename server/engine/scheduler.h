@@ -139,8 +139,9 @@ class Scheduler {
   // administrator's cancel); false if there is none.
   bool CancelAnyOwner(const std::string& request_id);
 
-  // Engine thread: blocks until there is work or Stop(); false when stopped.
-  bool WaitForWork();
+  // Engine thread: blocks until there is work, Stop() or `max_wait` has
+  // passed; false when stopped.
+  bool WaitForWork(absl::Duration max_wait = absl::InfiniteDuration());
   // Engine thread: true if there is work now (WaitForWork without waiting).
   bool HasWork() const;
   IterationPlan Schedule(absl::Time now);

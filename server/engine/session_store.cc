@@ -348,9 +348,13 @@ absl::Status SessionStore::SpillAll() {
   return result;
 }
 
-SessionStats SessionStore::Stats(absl::Time now) {
+void SessionStore::Expire(absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(now);
+}
+
+SessionStats SessionStore::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 

@@ -74,7 +74,11 @@ class SessionStore {
 
   // Every session in memory to the spill folder (no-op without one).
   absl::Status SpillAll();
-  SessionStats Stats(absl::Time now);
+  // Drops the sessions idle longer than the TTL (their spilled files too).
+  // Begin and Export do it first; the engine's thread also calls it while
+  // idle, so that Stats (a metrics scrape) never touches files.
+  void Expire(absl::Time now);
+  SessionStats Stats() const;
 
  private:
   struct Record {
@@ -104,7 +108,7 @@ class SessionStore {
   void AddBytesLocked(const Record& record, int64_t sign);
 
   const SessionOptions options_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   Lru lru_;  // most recently used first
   std::unordered_map<std::string, Lru::iterator> index_;
   // Spilled sessions: FileKey(id) -> (file bytes, last use).

@@ -288,6 +288,12 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::FromModels(
         absl::StrCat("default model ", default_model, " is not among the models"));
   }
   repository->default_model_ = std::move(default_model);
+  for (const auto& m : repository->models_) {
+    if (m->engine) {
+      repository->request_bounds_ = m->engine->limits().bounds;
+      break;
+    }
+  }
   return repository;
 }
 

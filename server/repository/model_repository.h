@@ -91,8 +91,10 @@ class ModelRepository {
   HostedModel* Find(const std::string& name);
   const std::vector<std::unique_ptr<HostedModel>>& models() const { return models_; }
   const std::string& default_model() const { return default_model_; }
-  // What one request may carry (RepositoryOptions::engine.request_bounds;
-  // the defaults for FromModels).
+  // What one request may carry, as the engines check it
+  // (RepositoryOptions::engine.request_bounds; for FromModels, the first
+  // engine's, or the defaults without one). The service checks what it
+  // handles before a request reaches an engine against these.
   const RequestBounds& request_bounds() const { return request_bounds_; }
 
   // The folders skipped under RepositoryOptions::skip_bad_models.

@@ -22,20 +22,22 @@ std::string NewRequestId() {
 }
 
 // The wire request as the engine's request: tokenized, with the model's
-// defaults merged in. The engine validates it (Engine::Submit).
+// defaults merged in. The engine validates it (Engine::Submit) against the
+// same `bounds` (the repository's, which its engines were given).
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wire,
                                                   const HostedModel& model,
+                                                  const RequestBounds& bounds,
                                                   const grpc::CallbackServerContext& context) {
   GenerationRequest r;
   r.request_id = wire.request_id().empty() ? NewRequestId() : wire.request_id();
-  absl::StatusOr<std::vector<int64_t>> prompt = Tokens(
-      model, model.engine->limits().bounds, wire.prompt_case() == v1::GenerateRequest::kPromptText,
-      wire.prompt_text(), wire.prompt_tokens().ids(), "prompt_text");
+  absl::StatusOr<std::vector<int64_t>> prompt =
+      Tokens(model, bounds, wire.prompt_case() == v1::GenerateRequest::kPromptText,
+             wire.prompt_text(), wire.prompt_tokens().ids(), "prompt_text");
   if (!prompt.ok()) return prompt.status();
   r.prompt = std::move(*prompt);
-  absl::StatusOr<std::vector<int64_t>> source = Tokens(
-      model, model.engine->limits().bounds, wire.source_case() == v1::GenerateRequest::kSourceText,
-      wire.source_text(), wire.source_tokens().ids(), "source_text");
+  absl::StatusOr<std::vector<int64_t>> source =
+      Tokens(model, bounds, wire.source_case() == v1::GenerateRequest::kSourceText,
+             wire.source_text(), wire.source_tokens().ids(), "source_text");
   if (!source.ok()) return source.status();
   r.source = std::move(*source);
   const GenerationConfig& defaults = model.generation;
@@ -65,9 +67,8 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
   // under the server's limit; an explicit one that does not fit is refused
   // by the engine's validation.
   const int64_t room = model.max_sequence_length - static_cast<int64_t>(r.prompt.size());
-  r.sampling = generation::ResolveSamplingParams(
-      defaults.SamplingDefaults(), overrides,
-      std::min(model.engine->limits().bounds.max_new_tokens, room));
+  r.sampling = generation::ResolveSamplingParams(defaults.SamplingDefaults(), overrides,
+                                                 std::min(bounds.max_new_tokens, room));
   r.return_logprobs = wire.return_logprobs();
   r.priority = wire.priority();
   r.session_id = wire.session_id();
@@ -257,7 +258,8 @@ grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart&
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
   record.model = (*model)->name;
-  absl::StatusOr<GenerationRequest> request = ToEngineRequest(wire, **model, *context);
+  absl::StatusOr<GenerationRequest> request =
+      ToEngineRequest(wire, **model, repository.request_bounds(), *context);
   if (!request.ok()) return ToGrpc(request.status());
   request->max_buffered_tokens = options.buffer_tokens;
   request->owner = caller->name;

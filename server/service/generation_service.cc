@@ -125,12 +125,26 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
   }
 }
 
-// The generating model a session RPC names: NOT_FOUND / FAILED_PRECONDITION
-// as for generation, and the session_id checked.
-absl::StatusOr<HostedModel*> SessionModel(ModelRepository& repository, const std::string& model,
-                                          const std::string& session_id) {
+// Who a session RPC comes from and which generating model it names, both
+// noted in the RPC's record: UNAUTHENTICATED, a bad session_id, NOT_FOUND /
+// FAILED_PRECONDITION for the model as for generation.
+struct SessionTarget {
+  std::string caller;
+  HostedModel* model = nullptr;
+};
+absl::StatusOr<SessionTarget> ResolveSessionTarget(const grpc::CallbackServerContext& context,
+                                                   const TokenAuthenticator* tokens,
+                                                   ModelRepository& repository, RpcScope& scope,
+                                                   const std::string& model,
+                                                   const std::string& session_id) {
+  absl::StatusOr<Caller> caller = CallerOf(context, tokens);
+  if (!caller.ok()) return caller.status();
+  scope.record().caller = caller->name;
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  return GeneratingModel(repository, model);
+  absl::StatusOr<HostedModel*> hosted = GeneratingModel(repository, model);
+  if (!hosted.ok()) return hosted.status();
+  scope.record().model = (*hosted)->name;
+  return SessionTarget{std::move(caller->name), *hosted};
 }
 
 }  // namespace
@@ -285,32 +299,25 @@ grpc::ServerUnaryReactor* GenerationService::DeleteSession(
     grpc::CallbackServerContext* context, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse* /*response*/) {
   RpcScope scope(options_.observers, "DeleteSession", kPerformerProtocol, context);
-  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
-  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
-  scope.record().caller = caller->name;
-  absl::StatusOr<HostedModel*> model =
-      SessionModel(repository_, request->model(), request->session_id());
-  if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
-  scope.record().model = (*model)->name;
-  return AnswerNow(context, scope,
-                   ToGrpc((*model)->engine->DeleteSession(request->session_id(), caller->name)));
+  absl::StatusOr<SessionTarget> target = ResolveSessionTarget(
+      *context, options_.tokens, repository_, scope, request->model(), request->session_id());
+  if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
+  return AnswerNow(
+      context, scope,
+      ToGrpc(target->model->engine->DeleteSession(request->session_id(), target->caller)));
 }
 
 grpc::ServerUnaryReactor* GenerationService::ExportSession(grpc::CallbackServerContext* context,
                                                            const v1::ExportSessionRequest* request,
                                                            v1::SessionState* response) {
   RpcScope scope(options_.observers, "ExportSession", kPerformerProtocol, context);
-  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
-  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
-  scope.record().caller = caller->name;
-  absl::StatusOr<HostedModel*> model =
-      SessionModel(repository_, request->model(), request->session_id());
-  if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
-  scope.record().model = (*model)->name;
+  absl::StatusOr<SessionTarget> target = ResolveSessionTarget(
+      *context, options_.tokens, repository_, scope, request->model(), request->session_id());
+  if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
   absl::StatusOr<ExportedSession> exported =
-      (*model)->engine->ExportSession(request->session_id(), caller->name);
+      target->model->engine->ExportSession(request->session_id(), target->caller);
   if (!exported.ok()) return AnswerNow(context, scope, ToGrpc(exported.status()));
-  response->set_model((*model)->name);
+  response->set_model(target->model->name);
   response->set_session_id(request->session_id());
   response->set_position(exported->position);
   response->set_tokens(exported->tokens);
@@ -322,20 +329,16 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
                                                            const v1::ImportSessionRequest* request,
                                                            v1::ImportSessionResponse* response) {
   RpcScope scope(options_.observers, "ImportSession", kPerformerProtocol, context);
-  const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
-  if (!caller.ok()) return AnswerNow(context, scope, ToGrpc(caller.status()));
-  scope.record().caller = caller->name;
+  absl::StatusOr<SessionTarget> target = ResolveSessionTarget(
+      *context, options_.tokens, repository_, scope, request->model(), request->session_id());
+  if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
   if (draining_.load()) {
     return AnswerNow(context, scope,
                      grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                   "the server is shutting down and accepts no new sessions"));
   }
-  absl::StatusOr<HostedModel*> model =
-      SessionModel(repository_, request->model(), request->session_id());
-  if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
-  scope.record().model = (*model)->name;
   absl::StatusOr<int64_t> position =
-      (*model)->engine->ImportSession(request->session_id(), request->data(), caller->name);
+      target->model->engine->ImportSession(request->session_id(), request->data(), target->caller);
   if (!position.ok()) return AnswerNow(context, scope, ToGrpc(position.status()));
   response->set_position(*position);
   return AnswerNow(context, scope, grpc::Status::OK);

@@ -25,6 +25,12 @@ SessionState Content(int64_t position, int64_t floats = 4) {
   return content;
 }
 
+// The store's figures once the sessions idle past the TTL at `now` are gone.
+SessionStats StatsAt(SessionStore& store, absl::Time now) {
+  store.Expire(now);
+  return store.Stats();
+}
+
 SessionOptions Options(int64_t max_bytes = 1 << 20, std::string spill_dir = "") {
   SessionOptions o;
   o.max_bytes = max_bytes;
@@ -65,11 +71,11 @@ TEST(SessionStoreTest, ATurnLeavesItsStateForTheNext) {
   store.End("s", std::nullopt, kStart);
   EXPECT_EQ(store.Begin("s", kStart)->state->position, 5);
   store.End("s", std::nullopt, kStart);
-  EXPECT_EQ(store.Stats(kStart).sessions, 1);
+  EXPECT_EQ(StatsAt(store, kStart).sessions, 1);
   // A new session whose first turn failed is forgotten.
   ASSERT_TRUE(store.Begin("t", kStart).ok());
   store.End("t", std::nullopt, kStart);
-  EXPECT_EQ(store.Stats(kStart).sessions, 1);
+  EXPECT_EQ(StatsAt(store, kStart).sessions, 1);
   EXPECT_EQ(store.Begin("t", kStart)->state, nullptr);
 }
 
@@ -88,7 +94,7 @@ TEST(SessionStoreTest, DeleteExportAndImport) {
   EXPECT_EQ(store.Import("s", Content(1), kStart).code(), absl::StatusCode::kFailedPrecondition);
   store.End("s", std::nullopt, kStart);
   ASSERT_TRUE(store.Delete("s").ok());
-  EXPECT_EQ(store.Stats(kStart).sessions, 0);
+  EXPECT_EQ(StatsAt(store, kStart).sessions, 0);
   // Imported under another id, it is the exported session.
   absl::StatusOr<decoding::EncodedState> decoded =
       decoding::DecodeState(exported->data, Options().fingerprint, 1 << 20);
@@ -105,12 +111,12 @@ TEST(SessionStoreTest, IdleSessionsExpireAndAnswerNotFound) {
   SessionStore store(Options());
   ASSERT_TRUE(store.Begin("s", kStart).ok());
   store.End("s", Content(2), kStart);
-  EXPECT_EQ(store.Stats(kStart + absl::Minutes(4)).sessions, 1);
+  EXPECT_EQ(StatsAt(store, kStart + absl::Minutes(4)).sessions, 1);
   const absl::Time later = kStart + absl::Minutes(6);
   const absl::Status expired = store.Begin("s", later).status();
   EXPECT_EQ(expired.code(), absl::StatusCode::kNotFound) << expired;
-  EXPECT_EQ(store.Stats(later).sessions, 0);
-  EXPECT_EQ(store.Stats(later).expired, 1);
+  EXPECT_EQ(StatsAt(store, later).sessions, 0);
+  EXPECT_EQ(StatsAt(store, later).expired, 1);
   // Importing the id again revives it.
   ASSERT_TRUE(store.Import("s", Content(1), later).ok());
   EXPECT_TRUE(store.Begin("s", later).ok());
@@ -123,7 +129,7 @@ TEST(SessionStoreTest, WithoutASpillFolderTheBudgetDropsTheLeastRecentlyUsed) {
     ASSERT_TRUE(store.Begin(id, kStart).ok());
     store.End(id, Content(2), kStart);
   }
-  const SessionStats stats = store.Stats(kStart);
+  const SessionStats stats = StatsAt(store, kStart);
   EXPECT_EQ(stats.sessions, 2);
   EXPECT_EQ(stats.evicted, 1);
   EXPECT_EQ(store.Begin("a", kStart).status().code(), absl::StatusCode::kNotFound);
@@ -140,7 +146,7 @@ TEST(SessionStoreTest, PastTheBudgetSessionsSpillAndComeBack) {
     ASSERT_TRUE(store.Begin(id, kStart).ok());
     store.End(id, Content(2 + i), kStart);
   }
-  SessionStats stats = store.Stats(kStart);
+  SessionStats stats = StatsAt(store, kStart);
   EXPECT_EQ(stats.sessions, 2);
   EXPECT_EQ(stats.spilled_sessions, 1);
   EXPECT_GT(stats.spilled_bytes, 0);
@@ -159,15 +165,15 @@ TEST(SessionStoreTest, SpillAllHandsSessionsToTheNextProcess) {
     ASSERT_TRUE(store.Begin("kept", kStart).ok());
     store.End("kept", Content(4), kStart);
     ASSERT_TRUE(store.SpillAll().ok());
-    EXPECT_EQ(store.Stats(kStart).sessions, 0);
+    EXPECT_EQ(StatsAt(store, kStart).sessions, 0);
   }
   const absl::Time now = absl::Now();
   SessionStore next(Options(1 << 20, dir.path()));
-  EXPECT_EQ(next.Stats(now).spilled_sessions, 1);
+  EXPECT_EQ(StatsAt(next, now).spilled_sessions, 1);
   absl::StatusOr<SessionState> back = next.Begin("kept", now);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state->position, 4);
-  EXPECT_EQ(next.Stats(now).spilled_sessions, 0);  // taken out of the folder
+  EXPECT_EQ(StatsAt(next, now).spilled_sessions, 0);  // taken out of the folder
   // Another model's store does not take it.
   next.End("kept", std::nullopt, now);
   ASSERT_TRUE(next.SpillAll().ok());
@@ -187,11 +193,11 @@ TEST(SessionStoreTest, TheLongestIdsSpillAndComeBack) {
     ASSERT_TRUE(store.Begin(id, kStart).ok());
     store.End(id, Content(3), kStart);
     ASSERT_TRUE(store.SpillAll().ok());
-    EXPECT_EQ(store.Stats(kStart).spilled_sessions, 1);
+    EXPECT_EQ(StatsAt(store, kStart).spilled_sessions, 1);
   }
   const absl::Time now = absl::Now();
   SessionStore next(Options(1 << 20, dir.path()));
-  EXPECT_EQ(next.Stats(now).spilled_sessions, 1);
+  EXPECT_EQ(StatsAt(next, now).spilled_sessions, 1);
   absl::StatusOr<SessionState> back = next.Begin(id, now);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state->position, 3);

@@ -172,6 +172,25 @@ TEST_F(StateReuseTest, SessionsAreScopedToTheirOwner) {
   EXPECT_EQ(engine->Stats().sessions.sessions, 2);
 }
 
+// The engine's thread drops sessions past their TTL while it is idle: no
+// request and no metrics scrape is needed for their memory to come back.
+TEST_F(StateReuseTest, AnIdleEngineDropsExpiredSessions) {
+  EngineOptions options = CacheOff();
+  options.sessions.ttl = absl::Milliseconds(50);
+  std::unique_ptr<Engine> engine = MakeEngine(options);
+  GenerationRequest r = Request("t", Bytes("Q: Why?\nA:"), 4);
+  r.session_id = "brief";
+  ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (engine->Stats().sessions.sessions != 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const SessionStats stats = engine->Stats().sessions;
+  EXPECT_EQ(stats.sessions, 0);
+  EXPECT_EQ(stats.bytes, 0);
+  EXPECT_EQ(stats.expired, 1);
+}
+
 TEST_F(StateReuseTest, ExportDeleteImportContinuesAsTheUninterruptedSession) {
   std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
   const std::vector<int64_t> turn1 = Bytes("Knock knock.\n");
