@@ -18,12 +18,15 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(safetensors model_config generation_config tokenizer request_validation)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 JOBS="${JOBS:-2}"
+bash tools/install_deps.sh --fuzz >/dev/null
 cxx="${CXX:-$(command -v clang++-14 || command -v clang++)}"
 if ! find /usr/lib/llvm-*/lib/clang -name 'libclang_rt.fuzzer-x86_64.a' 2>/dev/null | grep -q .; then
   echo "fuzz: libFuzzer runtime missing: apt-get install -y libclang-rt-14-dev" >&2
   exit 2
 fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+# -g would otherwise put the working directory in ccache's hash.
+export CCACHE_NOHASHDIR=1
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
   -DPERFORMER_FUZZ=ON -DPERFORMER_WITH_CUDA=OFF >/dev/null
 cmake --build "$dir" -j "$JOBS" --target "${targets[@]/%/_fuzzer}"

@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages that building and testing performer-serve needs.
 # Idempotent: packages already present are not reinstalled, and apt is only
 # called when something is missing.
+#   --fuzz   also clang and its libFuzzer runtime (tools/fuzz.sh)
 set -euo pipefail
 
 PACKAGES=(
@@ -17,6 +18,7 @@ PACKAGES=(
   fortunes
   clang-format clang-tidy
 )
+if [ "${1:-}" = "--fuzz" ]; then PACKAGES+=(clang-14 libclang-rt-14-dev); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
