@@ -220,6 +220,21 @@ def _die_with_parent():
         pass
 
 
+# What a sanitizer writes when it finds an error (tools/sanitize.sh builds a
+# performer-serve with them): a report fails the suite even when the process
+# ended well, as a leak found at exit does.
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+
+
+def assert_no_sanitizer_report(log, what):
+    for marker in SANITIZER_REPORTS:
+        at = log.find(marker)
+        if at >= 0:
+            raise AssertionError("%s: sanitizer report in the server log:\n%s"
+                                 % (what, log[max(0, at - 200):at + 4000]))
+
+
 class ServerError(RuntimeError):
     pass
 
@@ -339,6 +354,7 @@ class Server:
                 self.proc.wait(timeout=KILL_WAIT_S)
         if not self._log.closed:
             self._log.close()
+        assert_no_sanitizer_report(self.log(), self.name)
         return self.proc.returncode
 
     def log(self):

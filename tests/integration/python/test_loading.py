@@ -59,6 +59,7 @@ class StartupRun:
                                  % (timeout, self.log()))
         finally:
             self.log_file.close()
+            harness.assert_no_sanitizer_report(self.log(), "start-up run")
 
     def log(self):
         with open(self.log_path, "rb") as f:
