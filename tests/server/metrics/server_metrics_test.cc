@@ -78,7 +78,7 @@ std::vector<Sample> ParseExposition(const std::string& text) {
   return out;
 }
 
-class ServerMetricsTest : public ::testing::Test {
+class ServerMetricsTest : public in_process::SharedServerTest<ServerMetricsTest> {
  protected:
   static void SetUpTestSuite() {
     metrics_ = new ServerMetrics(MetricBuckets::Defaults());
@@ -89,24 +89,18 @@ class ServerMetricsTest : public ::testing::Test {
     };
     ServiceOptions service_options;
     service_options.observers.push_back(metrics_);
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(repository_options, service_options);
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(repository_options, service_options));
+    if (server_ == nullptr) return;  // Share failed the suite
     metrics_->AddRepository(server_->repository(), absl::Seconds(30));
   }
 
   static void TearDownTestSuite() {
-    delete server_;  // the engines report to metrics_ until they stop
-    server_ = nullptr;
+    SharedServerTest::TearDownTestSuite();  // the engines report to metrics_ until they stop
     delete metrics_;
     metrics_ = nullptr;
   }
 
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the in-process server did not start";
-    stub_ = server_->NewStub();
-  }
+  void SetUpClient() override { stub_ = server_->NewStub(); }
 
   // What an exposer would serve now.
   static std::string Exposition() {
@@ -153,12 +147,10 @@ class ServerMetricsTest : public ::testing::Test {
     return samples;
   }
 
-  static InProcessServer* server_;
   static ServerMetrics* metrics_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
 
-InProcessServer* ServerMetricsTest::server_ = nullptr;
 ServerMetrics* ServerMetricsTest::metrics_ = nullptr;
 
 constexpr std::chrono::seconds kSettle(10);

@@ -80,7 +80,7 @@ TEST(CheckCallTest, HealthIsOpenAndEverythingElseNeedsAToken) {
   EXPECT_TRUE(CheckCall(open, "/performer.v1.Generation/ListModels", "").ok());
 }
 
-class GatedServiceTest : public ::testing::Test {
+class GatedServiceTest : public in_process::SharedServerTest<GatedServiceTest> {
  protected:
   static void SetUpTestSuite() {
     tokens_ = Tokens().release();
@@ -95,22 +95,15 @@ class GatedServiceTest : public ::testing::Test {
     service_options.security_observer = observer_;
     auto credentials = std::make_shared<GatedServerCredentials>(
         NewPlaintextCoreCredentials(), CallGate{tokens_, /*health_only=*/false, observer_});
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(repository_options, service_options,
-                               performer::testing::RepositoryModelsRoot(), credentials);
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(repository_options, service_options,
+                                 performer::testing::RepositoryModelsRoot(), credentials));
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+    SharedServerTest::TearDownTestSuite();
     delete observer_;
     delete tokens_;
   }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the in-process server did not start";
-    stub_ = server_->NewStub();
-  }
+  void SetUpClient() override { stub_ = server_->NewStub(); }
 
   static std::unique_ptr<grpc::ClientContext> As(const char* token, int seconds = 30) {
     std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(seconds);
@@ -157,13 +150,11 @@ class GatedServiceTest : public ::testing::Test {
 
   static TokenAuthenticator* tokens_;
   static CountingObserver* observer_;
-  static InProcessServer* server_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
 
 TokenAuthenticator* GatedServiceTest::tokens_ = nullptr;
 CountingObserver* GatedServiceTest::observer_ = nullptr;
-InProcessServer* GatedServiceTest::server_ = nullptr;
 
 TEST_F(GatedServiceTest, EveryCallNeedsAValidToken) {
   const grpc::Status none = ListModels(nullptr);

@@ -50,7 +50,8 @@ v1::GenerateRequest Request(const std::string& model, const Expected& expected) 
   return request;
 }
 
-class FastTransformersServingTest : public ::testing::Test {
+class FastTransformersServingTest
+    : public in_process::SharedServerTest<FastTransformersServingTest> {
  protected:
   static void SetUpTestSuite() {
     // A model repository of links: the two fixture folders and the default model.
@@ -67,16 +68,8 @@ class FastTransformersServingTest : public ::testing::Test {
         root / in_process::kDefaultModel);
     RepositoryOptions options;
     options.max_batch = 4;
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(options, ServiceOptions(), root.string());
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(options, ServiceOptions(), root.string()));
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr) << "the in-process server did not start"; }
 
   static std::vector<int32_t> Unary(const v1::GenerateRequest& request) {
     std::unique_ptr<v1::Generation::Stub> stub = server_->NewStub();
@@ -99,11 +92,7 @@ class FastTransformersServingTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << request.model() << ": " << status.error_message();
     return tokens;
   }
-
-  static InProcessServer* server_;
 };
-
-InProcessServer* FastTransformersServingTest::server_ = nullptr;
 
 TEST_F(FastTransformersServingTest, ModelInfoHasTheExactStateBytes) {
   std::unique_ptr<v1::Generation::Stub> stub = server_->NewStub();

@@ -30,7 +30,7 @@ constexpr int kMaxBatch = 4;
 constexpr int kMaxNewTokensLimit = 4096;
 constexpr char kPrompt[] = "The meaning of life is";
 
-class GenerationServiceTest : public ::testing::Test {
+class GenerationServiceTest : public in_process::SharedServerTest<GenerationServiceTest> {
  protected:
   static void SetUpTestSuite() {
     RepositoryOptions repository_options;
@@ -39,21 +39,10 @@ class GenerationServiceTest : public ::testing::Test {
     // cancellation test reaches it.
     repository_options.engine.step_delay = absl::Milliseconds(2);
     ServiceOptions service_options;
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(repository_options, service_options);
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(repository_options, service_options));
   }
 
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the in-process server did not start";
-    stub_ = server_->NewStub();
-  }
+  void SetUpClient() override { stub_ = server_->NewStub(); }
 
   // GenerateStream to its end: every message, then the status.
   struct StreamResult {
@@ -82,11 +71,8 @@ class GenerationServiceTest : public ::testing::Test {
     return stub_->Generate(context.get(), request, response);
   }
 
-  static InProcessServer* server_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
-
-InProcessServer* GenerationServiceTest::server_ = nullptr;
 
 // Greedy decoding with full forwards of the model folder, token by token: the
 // reference the server's recurrent decoding must reproduce. `margins` gets

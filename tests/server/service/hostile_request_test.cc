@@ -56,7 +56,7 @@ class RecordingObserver : public RpcObserver {
   std::vector<End> ends_;
 };
 
-class HostileRequestTest : public ::testing::Test {
+class HostileRequestTest : public in_process::SharedServerTest<HostileRequestTest> {
  protected:
   static void SetUpTestSuite() {
     RepositoryOptions repository_options;
@@ -69,21 +69,14 @@ class HostileRequestTest : public ::testing::Test {
     observer_ = new RecordingObserver();
     ServiceOptions service_options;
     service_options.observers.push_back(observer_);
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(repository_options, service_options);
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(repository_options, service_options));
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+    SharedServerTest::TearDownTestSuite();
     delete observer_;
     observer_ = nullptr;
   }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the in-process server did not start";
-    stub_ = server_->NewStub();
-  }
+  void SetUpClient() override { stub_ = server_->NewStub(); }
   void TearDown() override {
     // Whatever was refused, a good request is served.
     v1::GenerateResponse response;
@@ -126,12 +119,10 @@ class HostileRequestTest : public ::testing::Test {
     ADD_FAILURE() << "no " << method << " call ended with " << absl::StatusCodeToString(code);
   }
 
-  static InProcessServer* server_;
   static RecordingObserver* observer_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
 
-InProcessServer* HostileRequestTest::server_ = nullptr;
 RecordingObserver* HostileRequestTest::observer_ = nullptr;
 
 TEST_F(HostileRequestTest, OverLongRequestIdIsRefusedAndNotEchoed) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
@@ -106,6 +107,32 @@ class InProcessServer {
   std::unique_ptr<InferenceService> inference_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+};
+
+// The base of a test suite whose tests share one in-process server. The
+// suite (`Suite`, the derived class) passes what InProcessServer::Start or
+// Serve returned to Share() from its SetUpTestSuite; the server stops after
+// the suite's last test (a suite with a TearDownTestSuite of its own calls
+// this one first). A test of a suite whose server did not start fails at
+// SetUp; otherwise SetUpClient() runs (stubs, for instance).
+template <typename Suite>
+class SharedServerTest : public ::testing::Test {
+ protected:
+  static void Share(absl::StatusOr<std::unique_ptr<InProcessServer>> started) {
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = started->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "the in-process server did not start";
+    SetUpClient();
+  }
+  virtual void SetUpClient() {}
+
+  static inline InProcessServer* server_ = nullptr;
 };
 
 // A client context whose call ends, whatever the server does, `seconds`

@@ -83,7 +83,7 @@ std::vector<int32_t> OutputIds(const inference::ModelInferResponse& response) {
   return {output->contents().int_contents().begin(), output->contents().int_contents().end()};
 }
 
-class InferenceServiceTest : public ::testing::Test {
+class InferenceServiceTest : public in_process::SharedServerTest<InferenceServiceTest> {
  protected:
   static void SetUpTestSuite() {
     RepositoryOptions repository_options;
@@ -91,21 +91,10 @@ class InferenceServiceTest : public ::testing::Test {
     // A short pause per engine step, so that a stream's pieces come one by
     // one rather than merged for a reader that lags behind.
     repository_options.engine.step_delay = absl::Milliseconds(2);
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(repository_options, ServiceOptions());
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(repository_options, ServiceOptions()));
   }
 
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the in-process server did not start";
-    stub_ = server_->NewInferenceStub();
-  }
+  void SetUpClient() override { stub_ = server_->NewInferenceStub(); }
 
   grpc::Status Infer(const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response) {
@@ -145,11 +134,8 @@ class InferenceServiceTest : public ::testing::Test {
     return out;
   }
 
-  static InProcessServer* server_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };
-
-InProcessServer* InferenceServiceTest::server_ = nullptr;
 
 TEST_F(InferenceServiceTest, TheServerIsLiveAndReady) {
   inference::ServerLiveResponse live;

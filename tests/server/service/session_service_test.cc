@@ -19,7 +19,7 @@ using in_process::GreedyRequest;
 using in_process::InProcessServer;
 using in_process::kDefaultModel;
 
-class SessionServiceTest : public ::testing::Test {
+class SessionServiceTest : public in_process::SharedServerTest<SessionServiceTest> {
  protected:
   static void SetUpTestSuite() {
     RepositoryOptions options;
@@ -27,30 +27,17 @@ class SessionServiceTest : public ::testing::Test {
     options.engine.prefill_chunk_tokens = 32;
     options.engine.prefix_cache.max_bytes = 64 << 20;
     options.engine.prefix_cache.interval_tokens = 32;
-    absl::StatusOr<std::unique_ptr<InProcessServer>> started =
-        InProcessServer::Start(options, ServiceOptions());
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
+    Share(InProcessServer::Start(options, ServiceOptions()));
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = server_->NewStub();
-  }
+  void SetUpClient() override { stub_ = server_->NewStub(); }
 
   grpc::Status Generate(const v1::GenerateRequest& request, v1::GenerateResponse* response) {
     std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(60);
     return stub_->Generate(context.get(), request, response);
   }
 
-  static InProcessServer* server_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
-
-InProcessServer* SessionServiceTest::server_ = nullptr;
 
 TEST_F(SessionServiceTest, ARepeatedPromptReportsItsCachedTokens) {
   const std::string prompt(100, 'a');
