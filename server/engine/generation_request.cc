@@ -77,12 +77,13 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
         "max_new_tokens ", max_new, " exceeds this server's limit of ", bounds.max_new_tokens));
   }
   const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
-  if (prompt_len + max_new > limits.max_seq_len) {
+  // Written so that no sum or difference can overflow, whatever the limits.
+  const int64_t room = prompt_len <= limits.max_seq_len ? limits.max_seq_len - prompt_len : 0;
+  if (prompt_len > limits.max_seq_len || max_new > room) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens: the prompt (", prompt_len, " tokens) + max_new_tokens (",
                      max_new, ") exceeds the model's max sequence length ", limits.max_seq_len,
-                     "; at most ", std::max<int64_t>(0, limits.max_seq_len - prompt_len),
-                     " new tokens fit after this prompt"));
+                     "; at most ", room, " new tokens fit after this prompt"));
   }
   if (absl::Status s = generation::ValidateSamplingParams(r.sampling, limits.vocab_size); !s.ok()) {
     return s;

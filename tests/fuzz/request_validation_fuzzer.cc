@@ -1,7 +1,8 @@
 // ValidateGenerationRequest on requests and limits built from arbitrary
 // bytes (every field, including NaN and infinite floats, huge and negative
-// ids and lengths): it returns a status and never crashes; an accepted
-// request satisfies the invariants the engine relies on.
+// ids and lengths, any bounds): it returns a status and never crashes; an
+// accepted request satisfies the invariants the engine relies on and the
+// bounds (request id, stop strings, max_new_tokens).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
@@ -46,7 +47,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.source_vocab_size = Integer(in);
   limits.max_source_len = Integer(in);
   limits.has_tokenizer = in.ConsumeBool();
-  limits.max_new_tokens = Integer(in);
+  performer::server::RequestBounds& bounds = limits.bounds;
+  bounds.max_new_tokens = Integer(in);
+  bounds.max_request_id_bytes = in.ConsumeIntegralInRange<int64_t>(-1, 80);
+  bounds.max_stop_strings = in.ConsumeIntegralInRange<int64_t>(-1, 10);
+  bounds.max_stop_string_bytes = in.ConsumeIntegralInRange<int64_t>(-1, 40);
 
   performer::server::GenerationRequest r;
   r.request_id = in.ConsumeRandomLengthString(64);
@@ -75,8 +80,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (id < 0 || id >= limits.vocab_size) std::abort();
   }
   if (!std::isfinite(p.temperature) || p.temperature < 0 || p.max_new_tokens < 1 ||
-      p.max_new_tokens > limits.max_new_tokens) {
+      p.max_new_tokens > bounds.max_new_tokens) {
     std::abort();
+  }
+  if (static_cast<int64_t>(r.request_id.size()) > bounds.max_request_id_bytes ||
+      static_cast<int64_t>(p.stop_strings.size()) > bounds.max_stop_strings) {
+    std::abort();
+  }
+  for (const std::string& stop : p.stop_strings) {
+    if (static_cast<int64_t>(stop.size()) > bounds.max_stop_string_bytes) std::abort();
   }
   if (r.session_id.empty() &&
       static_cast<int64_t>(r.prompt.size()) + p.max_new_tokens > limits.max_seq_len) {
