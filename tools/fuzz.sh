@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz) with clang in their own build
-# directory and runs each for N seconds from its committed seed corpus
+# directory and runs each from its committed seed corpus
 # (tests/fuzz/<target>/corpus; new inputs go to <build>/corpus/<target>,
 # never into the checkout). A crash stops that target, leaves its input in
 # <build>/crashes/<target>/ and makes the script exit 1 after the others
 # have run.
 #
 # Usage: tools/fuzz.sh [seconds per target, default 60] [target...]
+#        tools/fuzz.sh --ci [target...]
+#   --ci: a fixed seed and a fixed number of runs per target (about 60 s
+#   each on 2 cores), from the committed seeds only, so that the same code
+#   passes or fails the same way every time: what CI runs. The timed form
+#   explores anew on every run (and keeps what it found in <build>/corpus).
 #   FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2), CXX (default clang++-14)
 # Prints one line per target: runs, seconds, executions per second, corpus
 # size, crashes (docs/reliability.md, "Fuzzing").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-60}"
-shift || true
+ci=0
+if [ "${1:-}" = "--ci" ]; then
+  ci=1
+  shift
+  seconds=0
+else
+  seconds="${1:-60}"
+  shift || true
+fi
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(safetensors model_config generation_config tokenizer request_validation)
+# --ci: runs per target, about 60 s each on the 2-core machines CI uses.
+declare -A ci_runs=([safetensors]=200000 [model_config]=1200000 [generation_config]=200000
+                    [tokenizer]=400000 [request_validation]=5000000)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 JOBS="${JOBS:-2}"
 bash tools/install_deps.sh --fuzz >/dev/null
@@ -34,12 +49,19 @@ status=0
 for t in "${targets[@]}"; do
   corpus="$dir/corpus/$t"
   crashes="$dir/crashes/$t"
+  if [ "$ci" = 1 ]; then
+    corpus="$dir/corpus-ci/$t"
+    rm -rf "$corpus"
+    limit=(-seed=1 -runs="${ci_runs[$t]}")
+  else
+    limit=(-max_total_time="$seconds")
+  fi
   mkdir -p "$corpus" "$crashes"
   log="$dir/$t.log"
   # The ASan and UBSan reports are what a crash is; leaks are checked too.
   # -rss_limit_mb: the readers bound what they allocate, far below this.
   if ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-      "$dir/tests/fuzz/${t}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=4096 \
+      "$dir/tests/fuzz/${t}_fuzzer" "${limit[@]}" -rss_limit_mb=4096 \
       -timeout=10 -artifact_prefix="$crashes/" -print_final_stats=1 \
       "$corpus" "tests/fuzz/$t/corpus" >"$log" 2>&1; then
     result="ok"

@@ -34,7 +34,10 @@ SamplingParams ResolveSamplingParams(const SamplingParams& defaults,
 
 int64_t FilterThresToTopK(double filter_thres, int64_t vocab_size) {
   const double k = (1.0 - filter_thres) * static_cast<double>(vocab_size);
-  // int() in Python truncates toward zero; k is finite for thres in [0, 1).
+  // k <= vocab_size for thres in [0, 1), but a vocabulary near 2^63 rounds
+  // up as a double, past what int64 holds: clamp before converting.
+  if (k >= static_cast<double>(vocab_size)) return vocab_size;
+  // int() in Python truncates toward zero.
   return static_cast<int64_t>(std::trunc(k));
 }
 

@@ -83,6 +83,19 @@ TEST(SamplingParamsTest, FilterThresToTopKFormula) {
   EXPECT_EQ(FilterThresToTopK(0.0, 100), 100);
   EXPECT_EQ(FilterThresToTopK(0.5, 3), 1);  // int(1.5)
   EXPECT_EQ(FilterThresToTopK(0.995, 100), 0);
+  // A vocabulary near 2^63 rounds up as a double: k is clamped, not
+  // converted out of int64's range (undefined; found by the
+  // request_validation fuzzer).
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(FilterThresToTopK(0.0, huge), huge);
+  EXPECT_TRUE(ValidateSamplingParams(
+                  [] {
+                    SamplingParams p;
+                    p.filter_thres = 0.0;
+                    return p;
+                  }(),
+                  huge)
+                  .ok());
 }
 
 TEST(SamplingParamsTest, RejectsBadTopP) {
