@@ -9,8 +9,8 @@
 # Usage: tools/fuzz.sh [seconds per target, default 60] [target...]
 #        tools/fuzz.sh --ci [target...]
 #   --ci: a fixed seed and a fixed number of runs per target (about 60 s
-#   each on 2 cores), from the committed seeds only, so that the same code
-#   passes or fails the same way every time: what CI runs. The timed form
+#   each on 2 cores), from the committed seeds only, so that a run depends
+#   neither on the machine's speed nor on earlier runs' finds: what CI runs. The timed form
 #   explores anew on every run (and keeps what it found in <build>/corpus).
 #   FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2), CXX (default clang++-14)
 # Prints one line per target: runs, seconds, executions per second, corpus
