@@ -10,8 +10,9 @@
 #        tools/fuzz.sh --ci [target...]
 #   --ci: a fixed seed and a fixed number of runs per target (about 60 s
 #   each on 2 cores), from the committed seeds only, so that a run depends
-#   neither on the machine's speed nor on earlier runs' finds: what CI runs. The timed form
-#   explores anew on every run (and keeps what it found in <build>/corpus).
+#   neither on the machine's speed nor on earlier runs' finds: what CI
+#   runs. The timed form explores anew on every run (and keeps what it
+#   found in <build>/corpus).
 #   FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2), CXX (default clang++-14)
 # Prints one line per target: runs, seconds, executions per second, corpus
 # size, crashes (docs/reliability.md, "Fuzzing").
@@ -21,7 +22,6 @@ ci=0
 if [ "${1:-}" = "--ci" ]; then
   ci=1
   shift
-  seconds=0
 else
   seconds="${1:-60}"
   shift || true

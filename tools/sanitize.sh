@@ -82,8 +82,8 @@ run_tsan() {
   export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
   # One OpenMP thread: libgomp is not instrumented, so TSan cannot see the
   # barrier that ends a parallel region and would report every kernel's
-  # writes from its team threads. The threads TSan is here for (gRPC's,
-  # the engine's, the compute thread, the tests') are unaffected.
+  # writes from its team threads. The threads TSan is here for (the
+  # engine's, the compute thread, the tests') are unaffected.
   export OMP_NUM_THREADS=1
   # The engine's tests (tests/server/engine).
   local filter="${TSAN_GTEST_FILTER:-Engine*:ModelRunner*:Scheduler*:OutputProcessor*:PrefixCache*:SessionStore*:StateReuse*:TextOutput*}"

@@ -25,7 +25,9 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// How often the engine's thread drops expired sessions, busy or idle.
+// How often, at most, the engine's thread drops expired sessions: while it
+// is idle, and between its rounds of iterations (Begin and Export of a
+// session expire the others too).
 constexpr absl::Duration kSessionSweepPeriod = absl::Seconds(1);
 
 // The session store's key of `owner`'s session `id`: each caller has its

@@ -75,8 +75,8 @@ class SessionStore {
   // Every session in memory to the spill folder (no-op without one).
   absl::Status SpillAll();
   // Drops the sessions idle longer than the TTL (their spilled files too).
-  // Begin and Export do it first; the engine's thread also calls it while
-  // idle, so that Stats (a metrics scrape) never touches files.
+  // Begin and Export do it first; the engine's thread also calls it, idle
+  // or between rounds, so that Stats (a metrics scrape) never touches files.
   void Expire(absl::Time now);
   SessionStats Stats() const;
 

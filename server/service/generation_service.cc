@@ -126,8 +126,10 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
 }
 
 // Who a session RPC comes from and which generating model it names, both
-// noted in the RPC's record: UNAUTHENTICATED, a bad session_id, NOT_FOUND /
-// FAILED_PRECONDITION for the model as for generation.
+// noted in the RPC's record. Checked in this order: UNAUTHENTICATED;
+// UNAVAILABLE when `closed` (a drain refuses new sessions); a bad
+// session_id; NOT_FOUND / FAILED_PRECONDITION for the model as for
+// generation.
 struct SessionTarget {
   std::string caller;
   HostedModel* model = nullptr;
@@ -136,10 +138,14 @@ absl::StatusOr<SessionTarget> ResolveSessionTarget(const grpc::CallbackServerCon
                                                    const TokenAuthenticator* tokens,
                                                    ModelRepository& repository, RpcScope& scope,
                                                    const std::string& model,
-                                                   const std::string& session_id) {
+                                                   const std::string& session_id,
+                                                   bool closed = false) {
   absl::StatusOr<Caller> caller = CallerOf(context, tokens);
   if (!caller.ok()) return caller.status();
   scope.record().caller = caller->name;
+  if (closed) {
+    return absl::UnavailableError("the server is shutting down and accepts no new sessions");
+  }
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   absl::StatusOr<HostedModel*> hosted = GeneratingModel(repository, model);
   if (!hosted.ok()) return hosted.status();
@@ -329,14 +335,10 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
                                                            const v1::ImportSessionRequest* request,
                                                            v1::ImportSessionResponse* response) {
   RpcScope scope(options_.observers, "ImportSession", kPerformerProtocol, context);
-  absl::StatusOr<SessionTarget> target = ResolveSessionTarget(
-      *context, options_.tokens, repository_, scope, request->model(), request->session_id());
+  absl::StatusOr<SessionTarget> target =
+      ResolveSessionTarget(*context, options_.tokens, repository_, scope, request->model(),
+                           request->session_id(), /*closed=*/draining_.load());
   if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
-  if (draining_.load()) {
-    return AnswerNow(context, scope,
-                     grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                  "the server is shutting down and accepts no new sessions"));
-  }
   absl::StatusOr<int64_t> position =
       target->model->engine->ImportSession(request->session_id(), request->data(), target->caller);
   if (!position.ok()) return AnswerNow(context, scope, ToGrpc(position.status()));
