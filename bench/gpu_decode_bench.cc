@@ -8,8 +8,9 @@
 // after a 16-token prefill of each sequence:
 //   - tokens/s on the CPU (all cores), on CUDA stepping eagerly and on CUDA
 //     replaying the step's CUDA graphs (decoding/cuda_step_graphs.h), and
-//     the ratios, and the graphs again with the vector decode-step kernel
-//     (kernels::CudaStepKernel::kVectorSplit) against the default;
+//     the ratios, and the graphs again with each decode-step kernel forced
+//     (kernels::CudaStepKernel: kRowBlocks, kVectorSplit; the default picks
+//     one by shape);
 //   - with graphs, the achieved memory bandwidth: (weight bytes + B x state
 //     bytes) read per step / step time, as a fraction of the device copy
 //     bandwidth measured in the same run (bench/gpu_reference.h).
@@ -155,15 +156,20 @@ int Main(int argc, char** argv) {
   std::printf(
       "| B | CPU tokens/s | CUDA eager tokens/s | CUDA graphs tokens/s | graphs / CPU | graphs / "
       "eager | CUDA step (ms) | bytes read / step (MB) | achieved GB/s | of copy bandwidth | "
-      "graphs, vector step kernel tokens/s | vector / row-block |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "graphs, row-block step kernel tokens/s | graphs, vector step kernel tokens/s | vector / "
+      "row-block |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t batch : {1, 64, 256}) {
     const StepTiming cpu = TimeSteps(torch::kCPU, batch, cpu_steps, false);
     const StepTiming eager = TimeSteps(cuda, batch, cuda_steps, false);
+    // The default (kByShape) and each CUDA decode-step kernel forced (the
+    // graphs capture the kernel selected when the decoder is made).
     const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps, true);
-    // The same graphs with the other CUDA decode-step kernel (captured
-    // when the decoder is made, so selected before).
-    StepTiming vector;
+    StepTiming rows, vector;
+    {
+      const kernels::ScopedCudaStepKernel selected(kernels::CudaStepKernel::kRowBlocks);
+      rows = TimeSteps(cuda, batch, cuda_steps, true);
+    }
     {
       const kernels::ScopedCudaStepKernel selected(kernels::CudaStepKernel::kVectorSplit);
       vector = TimeSteps(cuda, batch, cuda_steps, true);
@@ -172,13 +178,13 @@ int Main(int argc, char** argv) {
                          static_cast<double>(batch * gpu.state_bytes_per_sequence);
     const double achieved = bytes / gpu.seconds_per_step;
     std::printf(
-        "| %ld | %.0f | %.0f | %.0f | %.1fx | %.1fx | %.3f | %.1f | %.0f | %.1f%% | %.0f | %.2fx "
-        "|\n",
+        "| %ld | %.0f | %.0f | %.0f | %.1fx | %.1fx | %.3f | %.1f | %.0f | %.1f%% | %.0f | %.0f | "
+        "%.2fx |\n",
         static_cast<long>(batch), batch / cpu.seconds_per_step, batch / eager.seconds_per_step,
         batch / gpu.seconds_per_step, cpu.seconds_per_step / gpu.seconds_per_step,
         eager.seconds_per_step / gpu.seconds_per_step, gpu.seconds_per_step * 1e3, bytes / 1e6,
-        achieved / 1e9, 100.0 * achieved / copy_bandwidth, batch / vector.seconds_per_step,
-        gpu.seconds_per_step / vector.seconds_per_step);
+        achieved / 1e9, 100.0 * achieved / copy_bandwidth, batch / rows.seconds_per_step,
+        batch / vector.seconds_per_step, rows.seconds_per_step / vector.seconds_per_step);
     std::fflush(stdout);
   }
   std::printf(

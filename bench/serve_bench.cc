@@ -89,6 +89,7 @@
 #include "server/engine/generation_request.h"
 #include "server/engine/request_stream.h"
 #include "server/repository/model_repository.h"
+#include "tests/testing/remove_tree.h"
 
 ABSL_FLAG(std::string, model_dir, "",
           "Model folder to serve (config.json + weights.safetensors); empty = write the bench "
@@ -103,6 +104,9 @@ ABSL_FLAG(std::vector<std::string>, concurrency, std::vector<std::string>({"1", 
 ABSL_FLAG(int32_t, requests_per_stream, 2, "Requests each stream runs back to back.");
 ABSL_FLAG(int32_t, max_new_tokens, 128, "New tokens per request (ignore_eos: always this many).");
 ABSL_FLAG(int32_t, prompt_tokens, 16, "Prompt length in tokens.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the model runs, for the server (--device), the in-process engine and the "
+          "decoder alike: cpu, or cuda[:N] with a CUDA LibTorch.");
 ABSL_FLAG(int32_t, threads, 0,
           "LibTorch intra-op threads, for the server and the in-process engine alike; 0 = every "
           "core.");
@@ -552,6 +556,8 @@ absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model
                                                         const Workload& workload) {
   absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(model_dir);
   if (!model.ok()) return model.status();
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu") model->MoveTo(torch::Device(device));
   absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
       decoding::PerformerDecoder::Create(*model, c);
   if (!decoder.ok()) return decoder.status();
@@ -571,13 +577,13 @@ absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model
       absl::StatusOr<torch::Tensor> logits = (*decoder)->Prefill(*id, prefill);
       if (!logits.ok()) return logits.status();
       ids.push_back(*id);
-      tokens.push_back(logits->argmax().item<int64_t>());
+      tokens.push_back(logits->argmax().cpu().item<int64_t>());
     }
     const Clock::time_point steps_start = Clock::now();
     for (int64_t i = 1; i < workload.max_new_tokens; ++i) {
       absl::StatusOr<torch::Tensor> logits = (*decoder)->Step(ids, tokens);
       if (!logits.ok()) return logits.status();
-      const torch::Tensor next = logits->argmax(1).contiguous();
+      const torch::Tensor next = logits->argmax(1).cpu().contiguous();
       tokens.assign(next.data_ptr<int64_t>(), next.data_ptr<int64_t>() + c);
       ++steps;
     }
@@ -732,6 +738,10 @@ int Run() {
   const int threads = runtime.intra_op_threads;
 
   // Checked before the bench model is written, which takes a while.
+  if (absl::Status s = server::CheckServingDevice(absl::GetFlag(FLAGS_device)); !s.ok()) {
+    std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+    return 2;
+  }
   std::string binary = absl::GetFlag(FLAGS_server_binary);
   if (binary.empty()) binary = DefaultServerBinary();
   if (absl::GetFlag(FLAGS_server).empty() && access(binary.c_str(), X_OK) != 0) {
@@ -749,10 +759,7 @@ int Run() {
   }
   const fs::path scratch = scratch_template;
   // On every return: the bench model is ~80 MB.
-  absl::Cleanup remove_scratch = [&scratch] {
-    std::error_code error;
-    fs::remove_all(scratch, error);
-  };
+  absl::Cleanup remove_scratch = [&scratch] { testing::RemoveTree(scratch); };
   const fs::path repository = scratch / "models";
   fs::create_directories(repository);
   std::string model_dir = absl::GetFlag(FLAGS_model_dir);
@@ -791,8 +798,9 @@ int Run() {
   workload.vocab = config.value("num_tokens", int64_t{256});
 
   std::printf("# serve_bench\n\n");
-  std::printf("- machine: %s, %u cores; %s\n", CpuModel().c_str(),
-              std::thread::hardware_concurrency(), DescribeTorchRuntime(runtime).c_str());
+  std::printf("- machine: %s, %u cores; %s; device %s\n", CpuModel().c_str(),
+              std::thread::hardware_concurrency(), DescribeTorchRuntime(runtime).c_str(),
+              absl::GetFlag(FLAGS_device).c_str());
   auto key = [&config](const char* name) {
     return config.contains(name) ? config[name].dump() : std::string("default");
   };
@@ -826,6 +834,7 @@ int Run() {
           absl::StrCat("--port_file=", port_file),
           absl::StrCat("--max_batch=", max_concurrency),
           absl::StrCat("--intra_op_threads=", threads),
+          absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
           absl::StrCat("--max_new_tokens_limit=", std::max<int64_t>(4096, workload.max_new_tokens)),
           // Metrics and the request log stay on (what users run), on a free
           // port; --server_flags may turn them off.
@@ -900,6 +909,7 @@ int Run() {
     if (absl::GetFlag(FLAGS_engine)) {
       server::RepositoryOptions options;
       options.max_batch = max_concurrency;
+      options.device = absl::GetFlag(FLAGS_device);
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       absl::StatusOr<std::unique_ptr<server::ModelRepository>> loaded =
           server::ModelRepository::Load(repository.string(), options, model_name);

@@ -1,9 +1,14 @@
 # Common settings for every target built from our own sources: warnings as
-# errors, repo-root include paths, and a precompiled LibTorch header so that
-# 2-core machines do not re-parse torch in every translation unit.
+# errors (PERFORMER_WARNINGS_AS_ERRORS), repo-root include paths, and a
+# precompiled LibTorch header so that 2-core machines do not re-parse torch
+# in every translation unit.
 function(performer_target_defaults target)
+  set(werror)
+  if(PERFORMER_WARNINGS_AS_ERRORS)
+    set(werror -Werror)
+  endif()
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-unused-parameter>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra ${werror} -Wno-unused-parameter>)
   target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
   # Every target (the precompiled header's included) gets the same OpenMP
   # flags: see find_package(OpenMP) in the top-level CMakeLists.txt.

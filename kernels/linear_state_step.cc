@@ -15,7 +15,7 @@
 namespace performer::kernels {
 namespace {
 
-std::atomic<CudaStepKernel> cuda_step_kernel{CudaStepKernel::kRowBlocks};
+std::atomic<CudaStepKernel> cuda_step_kernel{CudaStepKernel::kByShape};
 
 }  // namespace
 

@@ -67,15 +67,15 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
 
 // The CUDA kernel behind LinearStateStep, LinearStateStepNormalized and
 // FavorStateStep (the CPU has one). Process-wide; read at every call.
-//   kRowBlocks (the default): one block per state row, 4-byte loads; run
-//     and measured on an H100 (docs/gpu.md).
+//   kByShape (the default): kVectorSplit from kVectorStepMinRows state rows
+//     (batch x heads) on, kRowBlocks below, where each was measured faster
+//     on an H100 (kernels/cuda/linear_state_step_plan.h, docs/gpu.md).
+//   kRowBlocks: one block per state row, 4-byte loads.
 //   kVectorSplit: 16-byte vectors with the read-out summed per column in
 //     registers, and each row split over several blocks when the batch is
 //     too small to fill the device (kernels/cuda/linear_state_step_plan.h).
-//     Shapes it does not take (M (E + 1) % 4 != 0) run kRowBlocks. Not the
-//     default: its CUDA tests and benchmark have not run on a GPU, and it
-//     must pass them and measure faster than kRowBlocks first (docs/gpu.md).
-enum class CudaStepKernel { kRowBlocks, kVectorSplit };
+//     Shapes it does not take (M (E + 1) % 4 != 0) run kRowBlocks.
+enum class CudaStepKernel { kByShape, kRowBlocks, kVectorSplit };
 void SetCudaStepKernel(CudaStepKernel kernel);
 CudaStepKernel GetCudaStepKernel();
 

@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# Builds and runs the CUDA tests and GPU benchmarks on the GPU machine
-# (docs/gpu.md). Needs third_party/googletest and third_party/nlohmann; with
-# third_party/absl (Debian's libabsl-dev, copied) it also builds core/ and
-# runs the unit and fixture-parity suites (the parity suite's CUDA cases
-# included) with the fixtures from third_party/fixtures, and the whole-model
-# decode benchmark. Every step runs even when an earlier one failed; logs go
-# to $OUT (or build-gpu/logs), and are also packed into logs.tar.gz there.
+# Builds and runs, on the GPU machine, everything that needs a GPU
+# (docs/gpu.md): the CUDA kernel tests, the fixture-parity suite (its CUDA
+# cases included), performer-serve --device=cuda driven over gRPC by
+# serve_bench and by the Python client, the whole-model decode benchmark, the
+# kernel benchmark with flash-linear-attention's prefill timed beside ours,
+# the unit tests and compute-sanitizer memcheck.
 #
 #   bash tools/gpu_check.sh [kernels|all]   (default: all)
+#
+# Needs third_party/ from tools/gpu_third_party.sh (carried to the machine).
+# `kernels` builds kernels/ alone (GoogleTest and nlohmann/json only). `all`
+# also builds core, the server and the benchmarks against third_party/sysroot.
+# Steps run in order of importance, each logged to $OUT (or build-gpu/logs)
+# and packed into logs.tar.gz there; a step that fails does not stop the
+# others, and one that would start after PERFORMER_GPU_BUDGET_S seconds (default
+# 540) is skipped and named, so that a device call ends inside its limit.
 set -u
 stage=${1:-all}
 out=${OUT:-build-gpu/logs}
+budget=${PERFORMER_GPU_BUDGET_S:-540}
 mkdir -p "$out"
 logs=$(mktemp -d)
 status=0
+root=$PWD
 step() {  # step NAME COMMAND...: runs COMMAND, logs to $logs/NAME.log
   local name=$1
   shift
   local start=$SECONDS
   "$@" >"$logs/$name.log" 2>&1
   local rc=$?
-  echo "== $name: rc=$rc ($((SECONDS - start)) s)"
+  echo "== $name: rc=$rc ($((SECONDS - start)) s, at $SECONDS s)"
   if [ $rc -ne 0 ]; then
     status=1
     grep -E "error|FAILED|Error|ERROR" "$logs/$name.log" | head -30
     tail -8 "$logs/$name.log"
   fi
   return $rc
+}
+# time_left SECONDS: true when a step of about SECONDS still fits the budget.
+time_left() {
+  if [ $((SECONDS + $1)) -gt "$budget" ]; then
+    echo "== skipped (budget of $budget s): $2"
+    return 1
+  fi
 }
 # gtest_until_done NAME BINARY [EXCLUDED]: runs a GoogleTest binary
 # (without the tests of the negative filter EXCLUDED); if it crashes, names
@@ -35,7 +51,7 @@ step() {  # step NAME COMMAND...: runs COMMAND, logs to $logs/NAME.log
 gtest_until_done() {
   local name=$1 binary=$2 filter=-${3:-NONE}
   for attempt in 1 2 3 4 5; do
-    step "$name.$attempt" "$binary" --gtest_brief=0 --gtest_filter="$filter"
+    step "$name.$attempt" timeout 300 "$binary" --gtest_brief=0 --gtest_filter="$filter"
     local rc=$?
     grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[  FAILED  \] .*\(" "$logs/$name.$attempt.log" | tail -25
     [ $rc -lt 128 ] && return
@@ -45,55 +61,101 @@ gtest_until_done() {
     filter="$filter:$crashed"
   done
 }
+# bin NAME: the built executable NAME (bench/ or the top level, by build).
+bin() { find build-gpu -name "$1" -type f -perm -u+x | head -1; }
+finish() {
+  tar -C "$logs" -czf "$out/logs.tar.gz" .
+  exit $status
+}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+gcc --version | head -1
 
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+sysroot=$root/third_party/sysroot
+syslib=$sysroot/usr/lib/x86_64-linux-gnu
 core=OFF
 extra=()
 targets=(performer_cuda_tests gpu_kernel_bench)
-if [ "$stage" != kernels ] && [ -d third_party/absl ]; then
+if [ "$stage" != kernels ] && [ -d "$sysroot" ]; then
   core=ON
-  absl_prefix=$PWD/third_party/absl/usr
-  extra=(-Dabsl_DIR="$absl_prefix/lib/x86_64-linux-gnu/cmake/absl")
-  export LD_LIBRARY_PATH=$absl_prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-  export PERFORMER_FIXTURES=$PWD/third_party/fixtures
-  targets+=(performer_unit_tests performer_parity_tests gpu_decode_bench)
+  # Debian's protoc needs Debian's libraries; so does the plugin it starts.
+  # The programs get the tree's library folder as DT_RPATH
+  # (--disable-new-dtags), which also serves the libraries' own dependencies
+  # (absl's among themselves): GoogleTest's discovery runs the test programs
+  # during the build.
+  mkdir -p build-gpu
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$syslib" "$sysroot/usr/bin/protoc" \
+    >build-gpu/protoc
+  chmod +x build-gpu/protoc
+  extra=(-DCMAKE_PREFIX_PATH="$torch_prefix;$sysroot/usr"
+    -DProtobuf_PROTOC_EXECUTABLE="$root/build-gpu/protoc"
+    -DPERFORMER_GRPC_CPP_PLUGIN="$sysroot/usr/bin/grpc_cpp_plugin"
+    -DPERFORMER_GRPC_PYTHON_PLUGIN="$sysroot/usr/bin/grpc_python_plugin"
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$syslib -Wl,--disable-new-dtags"
+    -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$syslib -Wl,--disable-new-dtags"
+    -DPERFORMER_WARNINGS_AS_ERRORS=OFF)
+  targets+=(performer_unit_tests performer_parity_tests gpu_decode_bench performer-serve
+    serve_bench performer_integration_python_stubs)
+else
+  extra=(-DCMAKE_PREFIX_PATH="$torch_prefix")
 fi
 step configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DPERFORMER_BUILD_CORE=$core -DPERFORMER_BUILD_SERVER=OFF \
-  -DPERFORMER_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$torch_prefix" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 "${extra[@]}" || exit 1
+  -DPERFORMER_BUILD_CORE=$core -DPERFORMER_BUILD_SERVER=$core -DPERFORMER_BUILD_BENCH=$core \
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${extra[@]}" || finish
 step build ninja -C build-gpu -k 0 "${targets[@]}"
+# GCC 13 here is newer than the project's compiler: its new warnings are
+# reported, not fatal (PERFORMER_WARNINGS_AS_ERRORS=OFF).
+grep -E "warning:" "$logs/build.log" | grep -v "build-gpu/proto/" | sort -u | head -20
+# The programs built against third_party/sysroot need its libraries (the
+# compilers above must not get them); Python (with its own) must not.
+if [ "$core" = ON ]; then export LD_LIBRARY_PATH=$syslib; fi
 
 gtest_until_done cuda_tests build-gpu/tests/performer_cuda_tests
-step memcheck timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
-  --error-exitcode 1 build-gpu/tests/performer_cuda_tests --gtest_brief=1
-tail -3 "$logs/memcheck.log"
-step gpu_kernel_bench build-gpu/gpu_kernel_bench
-cat "$logs/gpu_kernel_bench.log"
-# Nsight Compute on each decode-step kernel at B = 256 (launch 29 of each:
-# 13 per batch size for B = 1 and 64, then 3 warm-ups) and on the prefill at
-# L = 65536 (the last one).
-if command -v ncu >/dev/null; then
-  step ncu_decode ncu --kernel-name regex:'LinearStateStepKernel' --launch-skip 29 \
-    --launch-count 1 --section SpeedOfLight --section Occupancy \
-    --section MemoryWorkloadAnalysis --section WarpStateStats build-gpu/gpu_kernel_bench
-  step ncu_decode_vector ncu --kernel-name regex:'LinearStateStepVectorKernel' --launch-skip 29 \
-    --launch-count 1 --section SpeedOfLight --section Occupancy \
-    --section MemoryWorkloadAnalysis --section WarpStateStats build-gpu/gpu_kernel_bench
-  step ncu_prefill ncu --kernel-name regex:CausalLinearPrefillKernel --launch-skip 101 \
-    --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    build-gpu/gpu_kernel_bench
-  grep -E "Throughput|Achieved Occupancy|Theoretical Occupancy|Duration|Registers|Stall|Warp Cycles" \
-    "$logs/ncu_decode.log" "$logs/ncu_decode_vector.log" "$logs/ncu_prefill.log" | head -60
-fi
 if [ "$core" = ON ]; then
   gtest_until_done parity build-gpu/tests/performer_parity_tests
-  step gpu_decode_bench build-gpu/gpu_decode_bench
-  cat "$logs/gpu_decode_bench.log"
+  if time_left 120 "serve_bench over gRPC"; then
+    step serve_bench "$(bin serve_bench)" --device=cuda \
+      --concurrency=1,64,256 --requests_per_stream=2 --max_new_tokens=128 \
+      --server_binary=build-gpu/server/performer-serve
+    grep -E "^\||^- " "$logs/serve_bench.log"
+  fi
+  if time_left 60 "Python client against performer-serve --device=cuda"; then
+    build-gpu/server/performer-serve --device=cuda --port=0 \
+      --port_file=build-gpu/port --metrics_port=0 >"$logs/serve_python.log" 2>&1 &
+    server=$!
+    for _ in $(seq 120); do [ -s build-gpu/port ] && break; sleep 0.5; done
+    step python_client env -u LD_LIBRARY_PATH PYTHONPATH=build-gpu/python python3 \
+      examples/python/generate.py \
+      --target "127.0.0.1:$(cat build-gpu/port 2>/dev/null)" --max_new_tokens 48 \
+      "Once upon a time"
+    cat "$logs/python_client.log"
+    kill -TERM $server
+    wait $server
+    echo "== performer-serve exit status $? (SIGTERM)"
+    grep -iE "device|cuda|listening" "$logs/serve_python.log" | head -5
+  fi
+  if time_left 90 "gpu_decode_bench"; then
+    step gpu_decode_bench "$(bin gpu_decode_bench)"
+    cat "$logs/gpu_decode_bench.log"
+  fi
+fi
+if time_left 60 "gpu_kernel_bench"; then
+  step gpu_kernel_bench "$(bin gpu_kernel_bench)"
+  cat "$logs/gpu_kernel_bench.log"
+fi
+if [ -d third_party/fla ] && time_left 90 "FLA prefill"; then
+  step fla_prefill env -u LD_LIBRARY_PATH timeout 240 python3 bench/fla_prefill_bench.py \
+    third_party
+  cat "$logs/fla_prefill.log"
+fi
+if [ "$core" = ON ] && time_left 120 "unit tests"; then
   gtest_until_done unit build-gpu/tests/performer_unit_tests
 fi
-tar -C "$logs" -czf "$out/logs.tar.gz" .
-exit $status
+if time_left 150 "compute-sanitizer memcheck"; then
+  step memcheck timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
+    --error-exitcode 1 build-gpu/tests/performer_cuda_tests --gtest_brief=1
+  tail -3 "$logs/memcheck.log"
+fi
+finish

@@ -39,13 +39,17 @@ LinearStateStepArgs BaseArgs(torch::Tensor& state, const torch::Tensor& v,
   return a;
 }
 
-// Runs the kernel that GetCudaStepKernel() selects; the vector kernel's
-// split needs a zeroed workspace, allocated here from LibTorch's caching
-// allocator (inside a CUDA graph capture too: the zeroing is a graph node).
+// Runs the kernel that GetCudaStepKernel() selects (kByShape: by the
+// number of rows, VectorStepPreferred); the vector kernel's split needs a
+// zeroed workspace, allocated here from LibTorch's caching allocator (inside
+// a CUDA graph capture too: the zeroing is a graph node).
 void Launch(const LinearStateStepArgs& a, const torch::Tensor& state, const char* op) {
-  if (GetCudaStepKernel() == CudaStepKernel::kVectorSplit) {
+  const CudaStepKernel kernel = GetCudaStepKernel();
+  if (kernel != CudaStepKernel::kRowBlocks) {
     const VectorStepPlan plan = VectorStepPlanFor(a, state.device().index());
-    if (plan.supported) {
+    const bool vector =
+        kernel == CudaStepKernel::kVectorSplit ? plan.supported : VectorStepPreferred(plan, a.rows);
+    if (vector) {
       torch::Tensor workspace;
       if (plan.workspace_floats > 0)
         workspace = torch::zeros({plan.workspace_floats}, state.options());

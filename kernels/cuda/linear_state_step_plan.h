@@ -90,4 +90,15 @@ inline VectorStepPlan MakeVectorStepPlan(int64_t rows, int64_t features, int64_t
   return plan;
 }
 
+// CudaStepKernel::kByShape: the vector kernel from this many state rows
+// (batch x heads) on, the row-block kernel below: the row blocks measured
+// faster up to 512 rows, the vector kernel as fast or faster from 2,048 rows
+// (alone, and 1.2x in the whole model's step; docs/gpu.md).
+constexpr int64_t kVectorStepMinRows = 1024;
+
+// True when kByShape runs the vector kernel for `rows` rows under `plan`.
+inline bool VectorStepPreferred(const VectorStepPlan& plan, int64_t rows) {
+  return plan.supported && rows >= kVectorStepMinRows;
+}
+
 }  // namespace performer::kernels::cuda

@@ -249,7 +249,7 @@ TEST(LinearStateStepSlotsTest, BadSlotsAreErrors) {
 // The selection the CUDA step kernel tests and benchmarks rely on to run
 // both kernels and leave the default behind.
 TEST(CudaStepKernelSelection, ScopedSelectionRestoresThePreviousKernel) {
-  EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kRowBlocks);
+  EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kByShape);
   {
     const ScopedCudaStepKernel vector(CudaStepKernel::kVectorSplit);
     EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kVectorSplit);
@@ -259,7 +259,7 @@ TEST(CudaStepKernelSelection, ScopedSelectionRestoresThePreviousKernel) {
     }
     EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kVectorSplit);
   }
-  EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kRowBlocks);
+  EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kByShape);
 }
 
 }  // namespace

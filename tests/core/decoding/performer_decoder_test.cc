@@ -430,7 +430,7 @@ namespace {
 // eager steps: every live sequence stepping (buckets 1, 2, 4 with padding
 // rows), after a release (rows moved), and a subset stepping (eager).
 // graph_kernel: the CUDA decode-step kernel captured in the graphs (the
-// eager steps run the default, kRowBlocks).
+// eager steps run the default, which at these few rows is kRowBlocks).
 void ExpectGraphStepsEqualEagerSteps(
     const PerformerLMConfig& config,
     kernels::CudaStepKernel graph_kernel = kernels::CudaStepKernel::kRowBlocks) {

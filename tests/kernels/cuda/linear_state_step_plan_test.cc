@@ -97,5 +97,14 @@ TEST(VectorStepPlanChecks, RefusesShapesWithoutWholeVectors) {
   EXPECT_FALSE(MakeVectorStepPlan(1, 4, 1025, 132).supported);  // C > 1024 threads
 }
 
+TEST(VectorStepPlanChecks, ByShapePicksTheVectorKernelForManyRowsOnly) {
+  EXPECT_FALSE(VectorStepPreferred(MakeVectorStepPlan(512, 256, 65, 132), 512));   // B = 64
+  EXPECT_TRUE(VectorStepPreferred(MakeVectorStepPlan(2048, 256, 65, 132), 2048));  // B = 256
+  EXPECT_TRUE(VectorStepPreferred(MakeVectorStepPlan(kVectorStepMinRows, 256, 65, 132),
+                                  kVectorStepMinRows));
+  // A shape the vector kernel does not take stays with the row blocks.
+  EXPECT_FALSE(VectorStepPreferred(MakeVectorStepPlan(4096, 17, 33, 132), 4096));
+}
+
 }  // namespace
 }  // namespace performer::kernels::cuda
