@@ -12,6 +12,7 @@ the median of triton.testing.do_bench after its warm-up. Needs a CUDA device,
 PyTorch and Triton; prints a markdown table.
 """
 
+import re
 import sys
 import types
 
@@ -20,8 +21,6 @@ def import_chunk_linear_attn(root):
     # fla/__init__.py and fla/ops/__init__.py import every model and op (and
     # transformers); packages made here skip them, so that only
     # fla.ops.linear_attn and what it imports are loaded.
-    import re
-
     for name, path in (("fla", f"{root}/fla"), ("fla.ops", f"{root}/fla/ops")):
         package = types.ModuleType(name)
         package.__path__ = [path]

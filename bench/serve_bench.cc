@@ -738,7 +738,8 @@ int Run() {
   const int threads = runtime.intra_op_threads;
 
   // Checked before the bench model is written, which takes a while.
-  if (absl::Status s = server::CheckServingDevice(absl::GetFlag(FLAGS_device)); !s.ok()) {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (absl::Status s = server::CheckServingDevice(device); !s.ok()) {
     std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
     return 2;
   }
@@ -800,7 +801,7 @@ int Run() {
   std::printf("# serve_bench\n\n");
   std::printf("- machine: %s, %u cores; %s; device %s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), DescribeTorchRuntime(runtime).c_str(),
-              absl::GetFlag(FLAGS_device).c_str());
+              device.c_str());
   auto key = [&config](const char* name) {
     return config.contains(name) ? config[name].dump() : std::string("default");
   };
@@ -834,7 +835,7 @@ int Run() {
           absl::StrCat("--port_file=", port_file),
           absl::StrCat("--max_batch=", max_concurrency),
           absl::StrCat("--intra_op_threads=", threads),
-          absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
+          absl::StrCat("--device=", device),
           absl::StrCat("--max_new_tokens_limit=", std::max<int64_t>(4096, workload.max_new_tokens)),
           // Metrics and the request log stay on (what users run), on a free
           // port; --server_flags may turn them off.
@@ -909,7 +910,7 @@ int Run() {
     if (absl::GetFlag(FLAGS_engine)) {
       server::RepositoryOptions options;
       options.max_batch = max_concurrency;
-      options.device = absl::GetFlag(FLAGS_device);
+      options.device = device;
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       absl::StatusOr<std::unique_ptr<server::ModelRepository>> loaded =
           server::ModelRepository::Load(repository.string(), options, model_name);

@@ -68,8 +68,8 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
 // The CUDA kernel behind LinearStateStep, LinearStateStepNormalized and
 // FavorStateStep (the CPU has one). Process-wide; read at every call.
 //   kByShape (the default): kVectorSplit from kVectorStepMinRows state rows
-//     (batch x heads) on, kRowBlocks below, where each was measured faster
-//     on an H100 (kernels/cuda/linear_state_step_plan.h, docs/gpu.md).
+//     (batch x heads) on, kRowBlocks below, where each measured as fast or
+//     faster (kernels/cuda/linear_state_step_plan.h, docs/gpu.md).
 //   kRowBlocks: one block per state row, 4-byte loads.
 //   kVectorSplit: 16-byte vectors with the read-out summed per column in
 //     registers, and each row split over several blocks when the batch is
