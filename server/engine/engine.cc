@@ -400,13 +400,14 @@ void Engine::RunIteration() {
   }
   generated_tokens_.fetch_add(stats.tokens);
 
-  // Retired sequences leave the live set and the active count before their
-  // readers hear of the end, so a client that saw its request finish can
-  // reuse the id at once and GetModel already shows the slot free.
-  for (auto& s : scheduler_->Retire()) Retire(*s);
+  // The iteration's metrics, and then the retired sequences leaving the
+  // live set and the active count, come before their readers hear of the
+  // end: a client that saw its request finish can reuse the id at once,
+  // GetModel already shows the slot free, and a scrape counts its steps.
   if (options_.observer != nullptr && (stats.prefills > 0 || stats.batch_size > 0)) {
     options_.observer->OnStep(stats);
   }
+  for (auto& s : scheduler_->Retire()) Retire(*s);
   if (options_.step_delay > absl::ZeroDuration() && !batch.empty()) {
     absl::SleepFor(options_.step_delay);
   }

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "server/logging/user_text.h"
 #include "server/security/call_gate.h"
+#include "server/service/write_threads.h"
 
 namespace performer::server {
 namespace {
@@ -219,9 +220,16 @@ grpc::ServerUnaryReactor* AnswerNow(grpc::CallbackServerContext* context, RpcSco
 }
 
 std::function<void()> ReactorGuard::Listener(std::function<void()> on_data) const {
-  return [guard = guard_, on_data = std::move(on_data)] {
-    std::lock_guard<std::recursive_mutex> lock(guard->mu);
-    if (guard->alive) on_data();
+  auto pump = std::make_shared<std::function<void()>>(std::move(on_data));
+  return [guard = guard_, pump] {
+    // One pending pump per reactor: appends while it waits are taken by it.
+    if (guard->pump_posted.exchange(true)) return;
+    WriteThreads::Get().Post([guard, pump] {
+      // Cleared first: an append from here on posts again, so none is missed.
+      guard->pump_posted.store(false);
+      std::lock_guard<std::recursive_mutex> lock(guard->mu);
+      if (guard->alive) (*pump)();
+    });
   };
 }
 

@@ -9,6 +9,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -110,8 +111,9 @@ class ReactorGuard {
  public:
   ReactorGuard() : guard_(std::make_shared<Guard>()) {}
   std::recursive_mutex& mu() { return guard_->mu; }
-  // A RequestStream listener that runs `on_data` under mu(), only while the
-  // reactor lives.
+  // A RequestStream listener that has `on_data` run under mu(), only while
+  // the reactor lives, on the process's write threads (write_threads.h),
+  // never on the appending thread.
   std::function<void()> Listener(std::function<void()> on_data) const;
   // From OnDone, before the reactor is deleted.
   void Retire();
@@ -120,6 +122,7 @@ class ReactorGuard {
   struct Guard {
     std::recursive_mutex mu;
     bool alive = true;
+    std::atomic<bool> pump_posted{false};  // a pump waits on the write threads
   };
   std::shared_ptr<Guard> guard_;
 };
