@@ -19,30 +19,12 @@ ComputeThread::ComputeThread() {
   thread_.detach();
 }
 
-bool ComputeThread::HasWaitingWork() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !queue_.empty();
-}
+bool ComputeThread::HasWaitingWork() { return !queue_.empty(); }
 
-void ComputeThread::Post(std::function<void()> work) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(work));
-  }
-  wake_.notify_one();
-}
+void ComputeThread::Post(std::function<void()> work) { queue_.Post(std::move(work)); }
 
 void ComputeThread::Loop() {
-  while (true) {
-    std::function<void()> work;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return !queue_.empty(); });
-      work = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    work();
-  }
+  while (true) queue_.Take()();
 }
 
 }  // namespace performer::server

@@ -14,14 +14,13 @@
 // cores.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
+
+#include "server/engine/work_queue.h"
 
 namespace performer::server {
 
@@ -53,9 +52,7 @@ class ComputeThread {
   void Post(std::function<void()> work);
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> queue_;
+  WorkQueue queue_;
   std::thread thread_;
   std::thread::id id_;
 };

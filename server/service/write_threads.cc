@@ -18,25 +18,10 @@ WriteThreads::WriteThreads(int threads) {
   }
 }
 
-void WriteThreads::Post(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
-  }
-  wake_.notify_one();
-}
+void WriteThreads::Post(std::function<void()> task) { queue_.Post(std::move(task)); }
 
 void WriteThreads::Loop() {
-  while (true) {
-    std::function<void()> task;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return !queue_.empty(); });
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    task();
-  }
+  while (true) queue_.Take()();
 }
 
 }  // namespace performer::server

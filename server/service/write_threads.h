@@ -11,12 +11,11 @@
 // same CPU time either way: docs/benchmarks.md.)
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "server/engine/work_queue.h"
 
 namespace performer::server {
 
@@ -38,9 +37,7 @@ class WriteThreads {
   explicit WriteThreads(int threads);
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> queue_;
+  WorkQueue queue_;
   std::vector<std::thread> threads_;
 };
 
