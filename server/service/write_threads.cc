@@ -1,6 +1,7 @@
 #include "server/service/write_threads.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 namespace performer::server {
@@ -11,11 +12,8 @@ WriteThreads& WriteThreads::Get() {
   return *pool;
 }
 
-WriteThreads::WriteThreads(int threads) {
-  for (int i = 0; i < threads; ++i) {
-    threads_.emplace_back([this] { Loop(); });
-    threads_.back().detach();
-  }
+WriteThreads::WriteThreads(int threads) : threads_(threads) {
+  for (int i = 0; i < threads; ++i) std::thread([this] { Loop(); }).detach();
 }
 
 void WriteThreads::Post(std::function<void()> task) { queue_.Post(std::move(task)); }

@@ -12,8 +12,6 @@
 #pragma once
 
 #include <functional>
-#include <thread>
-#include <vector>
 
 #include "server/engine/work_queue.h"
 
@@ -31,14 +29,14 @@ class WriteThreads {
   // must not block.
   void Post(std::function<void()> task);
 
-  int threads() const { return static_cast<int>(threads_.size()); }
+  int threads() const { return threads_; }
 
  private:
   explicit WriteThreads(int threads);
   void Loop();
 
   WorkQueue queue_;
-  std::vector<std::thread> threads_;
+  const int threads_;
 };
 
 }  // namespace performer::server
