@@ -25,6 +25,7 @@
 // Usage:
 //   serve_bench [--model_dir=DIR] [--server_binary=PATH] [--concurrency=1,8,32,64]
 //               [--requests_per_stream=2] [--max_new_tokens=128] [--prompt_tokens=16]
+//               [--repeats=1] [--client_cpus=0]
 //               [--server_flags=--metrics_port=-1,--log_level=off]
 //   serve_bench --make_bench_model=DIR   writes the bench model folder and exits
 // Without --model_dir the bench model (decode_bench's shape: vocab 256, dim
@@ -34,11 +35,15 @@
 // already running instead of starting one (requests go to its default
 // model; the engine part loads --model_dir, which should be that model).
 //
-// The client threads share the machine with the server: on a small machine
-// their CPU time (protobuf decoding, one thread per stream) is part of what
-// the server/engine ratio shows.
+// By default the client threads share the CPUs with the server: on a small
+// machine their CPU time (protobuf decoding, one thread per stream) is part
+// of what the ratios show. --client_cpus=N gives the client threads the last
+// N CPUs and everything measured (the server process with all its threads,
+// the in-process engine, the decoder) the others, as when clients run on
+// other machines; --threads then defaults to the measured side's CPUs.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -46,6 +51,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -110,6 +116,13 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(int32_t, threads, 0,
           "LibTorch intra-op threads, for the server and the in-process engine alike; 0 = every "
           "core.");
+ABSL_FLAG(int32_t, repeats, 1,
+          "Runs of each measurement per concurrency, the three sides alternating; each side "
+          "reports its median run (on a noisy machine, 5 or more).");
+ABSL_FLAG(int32_t, client_cpus, 0,
+          "Run the client threads on the last N CPUs of this process's set and the server, the "
+          "in-process engine and the decoder on the others (clients as if on other machines); 0 = "
+          "all share every CPU.");
 ABSL_FLAG(bool, shared_channel, false,
           "All streams on one gRPC channel (one HTTP/2 connection) instead of one each.");
 ABSL_FLAG(bool, engine, true, "Also measure the engine in-process.");
@@ -143,6 +156,70 @@ using Clock = std::chrono::steady_clock;
 double SecondsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
+
+// Which CPUs the measured side (server, engine, decoder) and the client
+// threads run on. Threads inherit their creator's CPU set, and so does the
+// server child: the main thread pins itself to a side before it creates that
+// side's threads.
+class CpuPlacement {
+ public:
+  // Splits this process's CPU set: the last `client_cpus` CPUs for the
+  // clients. 0 = no split (every pin is a no-op).
+  static absl::StatusOr<CpuPlacement> Split(int client_cpus) {
+    CpuPlacement placement;
+    if (client_cpus == 0) return placement;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    if (sched_getaffinity(0, sizeof(all), &all) != 0) {
+      return absl::InternalError(absl::StrCat("sched_getaffinity: ", std::strerror(errno)));
+    }
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &all)) cpus.push_back(cpu);
+    }
+    if (client_cpus < 0 || client_cpus >= static_cast<int>(cpus.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("--client_cpus=", client_cpus,
+                                                     " must leave at least one of the ",
+                                                     cpus.size(), " CPUs to the server"));
+    }
+    placement.split_ = true;
+    CPU_ZERO(&placement.server_);
+    CPU_ZERO(&placement.client_);
+    const size_t server_count = cpus.size() - static_cast<size_t>(client_cpus);
+    std::vector<int> server_cpus(cpus.begin(), cpus.begin() + server_count);
+    std::vector<int> client(cpus.begin() + server_count, cpus.end());
+    for (int cpu : server_cpus) CPU_SET(cpu, &placement.server_);
+    for (int cpu : client) CPU_SET(cpu, &placement.client_);
+    placement.server_cpus_ = static_cast<int>(server_count);
+    placement.text_ =
+        absl::StrCat("server, engine and decoder on CPUs ", absl::StrJoin(server_cpus, ","),
+                     "; clients on CPUs ", absl::StrJoin(client, ","));
+    return placement;
+  }
+
+  bool split() const { return split_; }
+  int server_cpus() const { return server_cpus_; }
+  const std::string& text() const { return text_; }
+
+  // Pins the calling thread (and so the threads and processes it creates).
+  absl::Status PinToServer() const { return Pin(server_); }
+  absl::Status PinToClients() const { return Pin(client_); }
+
+ private:
+  absl::Status Pin(const cpu_set_t& set) const {
+    if (!split_) return absl::OkStatus();
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+      return absl::InternalError(absl::StrCat("sched_setaffinity: ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  bool split_ = false;
+  cpu_set_t server_{};
+  cpu_set_t client_{};
+  int server_cpus_ = 0;
+  std::string text_ = "clients and server share every CPU";
+};
 
 // ---------------------------------------------------------------------------
 // The bench model folder
@@ -247,9 +324,10 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 // The prompt of stream s, request r: deterministic and different per
-// request, so that no two rows of a batch are the same sequence.
+// request, so that no two rows of a batch are the same sequence and no
+// request of a run finds another's prompt in the server's prefix cache.
 std::vector<int32_t> Prompt(int64_t s, int64_t r, int64_t length, int64_t vocab) {
-  uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s * 1009 + r + 1);
+  uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s * 1000003 + r + 1);
   std::vector<int32_t> ids;
   for (int64_t i = 0; i < length; ++i) {
     x ^= x >> 33;
@@ -266,6 +344,9 @@ struct Workload {
   int64_t prompt_tokens = 16;
   int64_t vocab = 256;
   absl::Duration request_timeout = absl::Minutes(2);
+  // Added to each request's index r in its prompt: every measurement of a
+  // run (each concurrency, each repeat) asks for prompts of its own.
+  int64_t first_request = 0;
 };
 
 // Runs `concurrency` threads, each calling request(stream, r, trace) for
@@ -320,7 +401,8 @@ absl::Status FromGrpc(const grpc::Status& status) {
 absl::Status StreamOne(v1::Generation::Stub& stub, const Workload& workload, int64_t s, int64_t r,
                        RequestTrace& trace) {
   v1::GenerateRequest request;
-  const std::vector<int32_t> prompt = Prompt(s, r, workload.prompt_tokens, workload.vocab);
+  const std::vector<int32_t> prompt =
+      Prompt(s, workload.first_request + r, workload.prompt_tokens, workload.vocab);
   request.mutable_prompt_tokens()->mutable_ids()->Assign(prompt.begin(), prompt.end());
   request.set_max_new_tokens(static_cast<int32_t>(workload.max_new_tokens));
   request.set_temperature(0.0f);
@@ -386,7 +468,8 @@ absl::Status EngineOne(server::Engine& engine, const Workload& workload, int64_t
   });
   server::GenerationRequest request;
   request.request_id = absl::StrCat("serve-bench-", concurrency, "-", s, "-", r);
-  const std::vector<int32_t> prompt = Prompt(s, r, workload.prompt_tokens, workload.vocab);
+  const std::vector<int32_t> prompt =
+      Prompt(s, workload.first_request + r, workload.prompt_tokens, workload.vocab);
   request.prompt.assign(prompt.begin(), prompt.end());
   request.sampling = generation::SamplingParams::Greedy();
   request.sampling.max_new_tokens = workload.max_new_tokens;
@@ -541,6 +624,39 @@ struct Measured {
   std::optional<DecoderRates> decoder;
 };
 
+// The run with the median tokens/s (the upper one of an even count), with
+// the errors of every run added, so that none goes unreported.
+LoadResult MedianRun(std::vector<LoadResult> runs) {
+  int64_t errors = 0;
+  std::string first_error;
+  for (const LoadResult& r : runs) {
+    if (r.errors > 0 && errors == 0) first_error = r.first_error;
+    errors += r.errors;
+  }
+  std::sort(runs.begin(), runs.end(), [](const LoadResult& a, const LoadResult& b) {
+    return a.tokens_per_second() < b.tokens_per_second();
+  });
+  LoadResult median = std::move(runs[runs.size() / 2]);
+  median.errors = errors;
+  median.first_error = first_error;
+  return median;
+}
+
+// Each rate's median over the runs.
+DecoderRates MedianRates(const std::vector<DecoderRates>& runs) {
+  auto median = [&runs](double DecoderRates::*rate) {
+    std::vector<double> values;
+    values.reserve(runs.size());
+    for (const DecoderRates& r : runs) values.push_back(r.*rate);
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+  };
+  DecoderRates rates;
+  rates.step_tokens_per_second = median(&DecoderRates::step_tokens_per_second);
+  rates.workload_tokens_per_second = median(&DecoderRates::workload_tokens_per_second);
+  return rates;
+}
+
 absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model_dir, int64_t c,
                                                         const Workload& workload);
 
@@ -572,7 +688,8 @@ absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model
       absl::StatusOr<decoding::SequenceId> id = (*decoder)->Create();
       if (!id.ok()) return id.status();
       decoding::PrefillRequest prefill;
-      const std::vector<int32_t> prompt = Prompt(s, r, workload.prompt_tokens, workload.vocab);
+      const std::vector<int32_t> prompt =
+          Prompt(s, workload.first_request + r, workload.prompt_tokens, workload.vocab);
       prefill.prompt.assign(prompt.begin(), prompt.end());
       absl::StatusOr<torch::Tensor> logits = (*decoder)->Prefill(*id, prefill);
       if (!logits.ok()) return logits.status();
@@ -726,6 +843,11 @@ int Run() {
   workload.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   workload.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   workload.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  const int64_t repeats = absl::GetFlag(FLAGS_repeats);
+  if (repeats < 1) {
+    std::fprintf(stderr, "serve_bench: --repeats must be positive\n");
+    return 2;
+  }
   if (workload.requests_per_stream < 1 || workload.max_new_tokens < 1 ||
       workload.prompt_tokens < 1) {
     std::fprintf(stderr,
@@ -734,7 +856,22 @@ int Run() {
     return 2;
   }
 
-  const TorchRuntimeInfo runtime = ConfigureTorchRuntime(absl::GetFlag(FLAGS_threads));
+  absl::StatusOr<CpuPlacement> placement = CpuPlacement::Split(absl::GetFlag(FLAGS_client_cpus));
+  if (!placement.ok()) {
+    std::fprintf(stderr, "serve_bench: %s\n", placement.status().ToString().c_str());
+    return 2;
+  }
+  // The measured side first: this thread's LibTorch set-up, the compute
+  // thread (created here, before anything runs on it) and the server child
+  // inherit its CPUs.
+  if (absl::Status s = placement->PinToServer(); !s.ok()) {
+    std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  int requested_threads = absl::GetFlag(FLAGS_threads);
+  if (requested_threads == 0 && placement->split()) requested_threads = placement->server_cpus();
+  const TorchRuntimeInfo runtime = ConfigureTorchRuntime(requested_threads);
+  server::RunOnComputeThread([] {});
   const int threads = runtime.intra_op_threads;
 
   // Checked before the bench model is written, which takes a while.
@@ -799,9 +936,9 @@ int Run() {
   workload.vocab = config.value("num_tokens", int64_t{256});
 
   std::printf("# serve_bench\n\n");
-  std::printf("- machine: %s, %u cores; %s; device %s\n", CpuModel().c_str(),
+  std::printf("- machine: %s, %u cores; %s; device %s; %s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), DescribeTorchRuntime(runtime).c_str(),
-              device.c_str());
+              device.c_str(), placement->text().c_str());
   auto key = [&config](const char* name) {
     return config.contains(name) ? config[name].dump() : std::string("default");
   };
@@ -813,12 +950,14 @@ int Run() {
       key("dim_head").c_str(), key("nb_features").c_str(), key("max_seq_len").c_str());
   std::printf(
       "- workload: per stream %lld requests back to back; prompt %lld tokens, %lld new tokens "
-      "(greedy, ignore_eos); streams %s; %s\n",
+      "(greedy, ignore_eos); streams %s; %s; %lld repeats (each figure from its side's median "
+      "run)\n",
       static_cast<long long>(workload.requests_per_stream),
       static_cast<long long>(workload.prompt_tokens),
       static_cast<long long>(workload.max_new_tokens), absl::StrJoin(concurrency, ", ").c_str(),
       absl::GetFlag(FLAGS_shared_channel) ? "one shared gRPC channel"
-                                          : "one gRPC channel (connection) per stream");
+                                          : "one gRPC channel (connection) per stream",
+      static_cast<long long>(repeats));
   std::fflush(stdout);
 
   // --- the server, then both measurements per concurrency ------------------
@@ -851,6 +990,12 @@ int Run() {
         return 1;
       }
       address = absl::StrCat("127.0.0.1:", process.port());
+    }
+    // From here this thread creates the client side: gRPC's channels and
+    // threads, the load threads.
+    if (absl::Status s = placement->PinToClients(); !s.ok()) {
+      std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+      return 1;
     }
 
     auto make_stub = [&address](int64_t index) {
@@ -912,8 +1057,17 @@ int Run() {
       options.max_batch = max_concurrency;
       options.device = device;
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
+      // The engine's threads are the measured side's.
+      if (absl::Status s = placement->PinToServer(); !s.ok()) {
+        std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+        return 1;
+      }
       absl::StatusOr<std::unique_ptr<server::ModelRepository>> loaded =
           server::ModelRepository::Load(repository.string(), options, model_name);
+      if (absl::Status s = placement->PinToClients(); !s.ok()) {
+        std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
+        return 1;
+      }
       if (!loaded.ok()) {
         std::fprintf(stderr, "serve_bench: %s\n", loaded.status().ToString().c_str());
         return 1;
@@ -943,33 +1097,44 @@ int Run() {
       for (int64_t s = 0; s < c; ++s) {
         stubs.push_back(absl::GetFlag(FLAGS_shared_channel) ? nullptr : make_stub(s));
       }
-      Measured m;
-      std::fprintf(stderr, "serve_bench: %lld streams: gRPC...", static_cast<long long>(c));
-      m.grpc = RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
-        v1::Generation::Stub& stub = stubs[s] ? *stubs[s] : *control;
-        return StreamOne(stub, workload, s, r, trace);
-      });
-      std::fprintf(stderr, " %.0f tokens/s", m.grpc.tokens_per_second());
-      if (engine != nullptr) {
-        std::fprintf(stderr, "; engine...");
-        m.engine = RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
-          return EngineOne(*engine, workload, c, s, r, trace);
-        });
-        std::fprintf(stderr, " %.0f tokens/s", m.engine->tokens_per_second());
-      }
-      if (absl::GetFlag(FLAGS_decoder)) {
-        std::fprintf(stderr, "; decoder...");
-        absl::StatusOr<DecoderRates> rate =
-            DecoderTokensPerSecond((repository / model_name).string(), c, workload);
-        if (rate.ok()) {
-          m.decoder = *rate;
-          std::fprintf(stderr, " steps %.0f, workload %.0f tokens/s", rate->step_tokens_per_second,
-                       rate->workload_tokens_per_second);
-        } else {
-          std::fprintf(stderr, " failed: %s", rate.status().ToString().c_str());
+      // Each repeat runs the three sides back to back; each side reports
+      // its median repeat.
+      std::vector<LoadResult> grpc_runs, engine_runs;
+      std::vector<DecoderRates> decoder_runs;
+      for (int64_t repeat = 0; repeat < repeats; ++repeat) {
+        workload.first_request += workload.requests_per_stream;
+        std::fprintf(stderr, "serve_bench: %lld streams: gRPC...", static_cast<long long>(c));
+        grpc_runs.push_back(RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
+          v1::Generation::Stub& stub = stubs[s] ? *stubs[s] : *control;
+          return StreamOne(stub, workload, s, r, trace);
+        }));
+        std::fprintf(stderr, " %.0f tokens/s", grpc_runs.back().tokens_per_second());
+        if (engine != nullptr) {
+          std::fprintf(stderr, "; engine...");
+          engine_runs.push_back(
+              RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
+                return EngineOne(*engine, workload, c, s, r, trace);
+              }));
+          std::fprintf(stderr, " %.0f tokens/s", engine_runs.back().tokens_per_second());
         }
+        if (absl::GetFlag(FLAGS_decoder)) {
+          std::fprintf(stderr, "; decoder...");
+          absl::StatusOr<DecoderRates> rate =
+              DecoderTokensPerSecond((repository / model_name).string(), c, workload);
+          if (rate.ok()) {
+            decoder_runs.push_back(*rate);
+            std::fprintf(stderr, " steps %.0f, workload %.0f tokens/s",
+                         rate->step_tokens_per_second, rate->workload_tokens_per_second);
+          } else {
+            std::fprintf(stderr, " failed: %s", rate.status().ToString().c_str());
+          }
+        }
+        std::fprintf(stderr, "\n");
       }
-      std::fprintf(stderr, "\n");
+      Measured m;
+      m.grpc = MedianRun(grpc_runs);
+      if (!engine_runs.empty()) m.engine = MedianRun(engine_runs);
+      if (!decoder_runs.empty()) m.decoder = MedianRates(decoder_runs);
       runs.push_back(std::move(m));
     }
     if (in_process != nullptr) in_process->Stop();
@@ -996,5 +1161,12 @@ int main(int argc, char** argv) {
       "the engine in-process.\nUsage: serve_bench [--model_dir=DIR] [--concurrency=1,8,32,64] "
       "[flags]");
   absl::ParseCommandLine(argc, argv);
-  return performer::Run();
+  // LibTorch and gRPC report some failures by exception: a message, not an
+  // abort.
+  try {
+    return performer::Run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "serve_bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -117,7 +117,7 @@ if [ "$core" = ON ]; then
   gtest_until_done parity build-gpu/tests/performer_parity_tests
   if time_left 120 "serve_bench over gRPC"; then
     step serve_bench "$(bin serve_bench)" --device=cuda \
-      --concurrency=1,64,256 --requests_per_stream=2 --max_new_tokens=128 \
+      --concurrency=1,64,256 --requests_per_stream=2 --max_new_tokens=128 --client_cpus=8 \
       --server_binary=build-gpu/server/performer-serve
     grep -E "^\||^- " "$logs/serve_bench.log"
   fi

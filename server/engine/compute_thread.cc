@@ -1,5 +1,7 @@
 #include "server/engine/compute_thread.h"
 
+#include "server/engine/thread_name.h"
+
 namespace performer::server {
 
 ComputeThread& ComputeThread::Get() {
@@ -12,6 +14,7 @@ ComputeThread::ComputeThread() {
   std::promise<std::thread::id> started;
   std::future<std::thread::id> id = started.get_future();
   thread_ = std::thread([this, &started] {
+    NameThisThread("compute");
     started.set_value(std::this_thread::get_id());
     Loop();
   });

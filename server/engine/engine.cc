@@ -18,6 +18,7 @@
 #include "server/engine/prefix_cache.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_store.h"
+#include "server/engine/thread_name.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace performer::server {
@@ -90,7 +91,10 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
   SessionOptions sessions = options_.sessions;
   if (!ReusesStates()) sessions.max_bytes = 0;
   sessions_ = std::make_unique<SessionStore>(sessions);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("engine");
+    Loop();
+  });
 }
 
 Engine::~Engine() { Stop(); }

@@ -11,6 +11,7 @@
 #include "core/decoding/token_ids.h"
 #include "core/models/model_folder.h"
 #include "server/engine/compute_thread.h"
+#include "server/engine/thread_name.h"
 
 namespace performer::server {
 
@@ -20,7 +21,10 @@ Embedder::Embedder(const models::LoadedModel& model, EmbedderOptions options)
       model_->lm ? model_->lm->config() : model_->encdec->config().enc;
   vocab_size_ = config.num_tokens;
   max_tokens_ = config.position_limit();
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("embedder");
+    Loop();
+  });
 }
 
 Embedder::~Embedder() {

@@ -1,8 +1,11 @@
 #include "server/service/write_threads.h"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 #include <utility>
+
+#include "server/engine/thread_name.h"
 
 namespace performer::server {
 
@@ -13,7 +16,12 @@ WriteThreads& WriteThreads::Get() {
 }
 
 WriteThreads::WriteThreads(int threads) : threads_(threads) {
-  for (int i = 0; i < threads; ++i) std::thread([this] { Loop(); }).detach();
+  for (int i = 0; i < threads; ++i) {
+    std::thread([this, i] {
+      NameThisThread("write-" + std::to_string(i));
+      Loop();
+    }).detach();
+  }
 }
 
 void WriteThreads::Post(std::function<void()> task) { queue_.Post(std::move(task)); }

@@ -6,10 +6,12 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "server/engine/request_stream.h"
+#include "server/engine/thread_name.h"
 #include "server/service/generation_rpc.h"
 
 namespace performer::server {
@@ -23,6 +25,7 @@ struct Seen {
   std::condition_variable cv;
   std::vector<int32_t> tokens;
   std::vector<std::thread::id> threads;
+  std::vector<std::string> names;
   int pumps = 0;
 };
 
@@ -33,12 +36,14 @@ TEST(WriteThreads, RunsEveryTaskOffThePostingThread) {
     WriteThreads::Get().Post([seen] {
       std::lock_guard<std::mutex> lock(seen->mu);
       seen->threads.push_back(std::this_thread::get_id());
+      seen->names.push_back(ThisThreadName());
       seen->cv.notify_all();
     });
   }
   std::unique_lock<std::mutex> lock(seen->mu);
   ASSERT_TRUE(seen->cv.wait_for(lock, kTimeout, [&] { return seen->threads.size() == kTasks; }));
   for (const std::thread::id& id : seen->threads) EXPECT_NE(id, std::this_thread::get_id());
+  for (const std::string& name : seen->names) EXPECT_EQ(name.rfind("write-", 0), 0u) << name;
   EXPECT_GE(WriteThreads::Get().threads(), 1);
   EXPECT_LE(WriteThreads::Get().threads(), 4);
 }
