@@ -190,7 +190,6 @@ class CpuPlacement {
     std::vector<int> client(cpus.begin() + server_count, cpus.end());
     for (int cpu : server_cpus) CPU_SET(cpu, &placement.server_);
     for (int cpu : client) CPU_SET(cpu, &placement.client_);
-    placement.server_cpus_ = static_cast<int>(server_count);
     placement.text_ =
         absl::StrCat("server, engine and decoder on CPUs ", absl::StrJoin(server_cpus, ","),
                      "; clients on CPUs ", absl::StrJoin(client, ","));
@@ -198,7 +197,7 @@ class CpuPlacement {
   }
 
   bool split() const { return split_; }
-  int server_cpus() const { return server_cpus_; }
+  int server_cpus() const { return CPU_COUNT(&server_); }
   const std::string& text() const { return text_; }
 
   // Pins the calling thread (and so the threads and processes it creates).
@@ -217,9 +216,14 @@ class CpuPlacement {
   bool split_ = false;
   cpu_set_t server_{};
   cpu_set_t client_{};
-  int server_cpus_ = 0;
   std::string text_ = "clients and server share every CPU";
 };
+
+// True when a pin succeeded; otherwise says why on stderr.
+bool Pinned(const absl::Status& pin) {
+  if (!pin.ok()) std::fprintf(stderr, "serve_bench: %s\n", pin.ToString().c_str());
+  return pin.ok();
+}
 
 // ---------------------------------------------------------------------------
 // The bench model folder
@@ -864,10 +868,7 @@ int Run() {
   // The measured side first: this thread's LibTorch set-up, the compute
   // thread (created here, before anything runs on it) and the server child
   // inherit its CPUs.
-  if (absl::Status s = placement->PinToServer(); !s.ok()) {
-    std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (!Pinned(placement->PinToServer())) return 1;
   int requested_threads = absl::GetFlag(FLAGS_threads);
   if (requested_threads == 0 && placement->split()) requested_threads = placement->server_cpus();
   const TorchRuntimeInfo runtime = ConfigureTorchRuntime(requested_threads);
@@ -993,10 +994,7 @@ int Run() {
     }
     // From here this thread creates the client side: gRPC's channels and
     // threads, the load threads.
-    if (absl::Status s = placement->PinToClients(); !s.ok()) {
-      std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
-      return 1;
-    }
+    if (!Pinned(placement->PinToClients())) return 1;
 
     auto make_stub = [&address](int64_t index) {
       grpc::ChannelArguments args;
@@ -1058,16 +1056,10 @@ int Run() {
       options.device = device;
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       // The engine's threads are the measured side's.
-      if (absl::Status s = placement->PinToServer(); !s.ok()) {
-        std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
-        return 1;
-      }
+      if (!Pinned(placement->PinToServer())) return 1;
       absl::StatusOr<std::unique_ptr<server::ModelRepository>> loaded =
           server::ModelRepository::Load(repository.string(), options, model_name);
-      if (absl::Status s = placement->PinToClients(); !s.ok()) {
-        std::fprintf(stderr, "serve_bench: %s\n", s.ToString().c_str());
-        return 1;
-      }
+      if (!Pinned(placement->PinToClients())) return 1;
       if (!loaded.ok()) {
         std::fprintf(stderr, "serve_bench: %s\n", loaded.status().ToString().c_str());
         return 1;
