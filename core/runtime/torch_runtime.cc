@@ -2,9 +2,6 @@
 
 #include <torch/torch.h>
 #include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <fstream>
 
@@ -33,15 +30,6 @@ std::string MappedBlas() {
   return found.empty() ? "unknown" : found;
 }
 
-bool KeepLargeBuffersOnHeap() {
-#if defined(__GLIBC__)
-  return mallopt(M_MMAP_THRESHOLD, static_cast<int>(kHeapAllocationBytes)) == 1 &&
-         mallopt(M_TRIM_THRESHOLD, static_cast<int>(4 * kHeapAllocationBytes)) == 1;
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 TorchRuntimeInfo ConfigureTorchRuntime(int threads) {
@@ -51,7 +39,6 @@ TorchRuntimeInfo ConfigureTorchRuntime(int threads) {
   // Force a BLAS call so that lazily loaded BLAS libraries are mapped.
   (void)torch::mm(torch::ones({2, 2}), torch::ones({2, 2}));
   TorchRuntimeInfo info;
-  info.large_buffers_from_heap = KeepLargeBuffersOnHeap();
   info.intra_op_threads = torch::get_num_threads();
   info.blas_library = MappedBlas();
   // PyTorch's own builds (the pip wheels) link MKL into libtorch_cpu.so, so
