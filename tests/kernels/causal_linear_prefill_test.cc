@@ -118,6 +118,28 @@ TEST(CausalLinearPrefillTest, GradientsMatchCausalDotProduct) {
   }
 }
 
+// Without an initial state the first chunk's product is the state itself.
+TEST(CausalLinearPrefillTest, GradientsMatchCausalDotProductFromAZeroState) {
+  torch::manual_seed(14);
+  torch::Tensor q = torch::rand({1, 2, 21, 5}, torch::kDouble).requires_grad_();
+  torch::Tensor k = torch::rand({1, 2, 21, 5}, torch::kDouble).requires_grad_();
+  torch::Tensor v = torch::randn({1, 2, 21, 3}, torch::kDouble).requires_grad_();
+  const torch::Tensor g_out = torch::randn({1, 2, 21, 3}, torch::kDouble);
+  const torch::Tensor g_state = torch::randn({1, 2, 5, 3}, torch::kDouble);
+  for (int64_t chunk : {8, 64}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const CausalLinearPrefillResult got = CausalLinearPrefill(q, k, v, {}, chunk);
+    auto grads = torch::autograd::grad({got.out, got.final_state}, {q, k, v}, {g_out, g_state});
+    const torch::Tensor ref_out = CausalDotProduct(q, k, v);
+    const torch::Tensor ref_state = torch::matmul(k.transpose(2, 3), v);
+    auto expected = torch::autograd::grad({ref_out, ref_state}, {q, k, v}, {g_out, g_state});
+    for (size_t i = 0; i < grads.size(); ++i) {
+      SCOPED_TRACE("input " + std::to_string(i));
+      EXPECT_TENSOR_CLOSE(grads[i], expected[i], 1e-10, 1e-9);
+    }
+  }
+}
+
 TEST(CausalLinearPrefillTest, BadInputsAreErrors) {
   const torch::Tensor q = torch::rand({1, 2, 5, 4});
   const torch::Tensor v = torch::rand({1, 2, 5, 3});
