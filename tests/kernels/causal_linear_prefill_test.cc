@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/causal_product.h"
 #include "kernels/linear_state_step.h"
@@ -99,6 +100,20 @@ TEST(CausalLinearPrefillTest, FinalStateContinuesWithLinearStateStep) {
   EXPECT_TENSOR_CLOSE(prefix.out, full.out.narrow(2, 0, L), 1e-5, 1e-5);
 }
 
+// The gradients of `outputs` and of `references` with respect to `inputs`,
+// for the same output gradients, agree.
+void ExpectSameGradients(const std::vector<torch::Tensor>& outputs,
+                         const std::vector<torch::Tensor>& references,
+                         const std::vector<torch::Tensor>& inputs,
+                         const std::vector<torch::Tensor>& grad_outputs) {
+  const auto got = torch::autograd::grad(outputs, inputs, grad_outputs);
+  const auto expected = torch::autograd::grad(references, inputs, grad_outputs);
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE("input " + std::to_string(i));
+    EXPECT_TENSOR_CLOSE(got[i], expected[i], 1e-10, 1e-9);
+  }
+}
+
 TEST(CausalLinearPrefillTest, GradientsMatchCausalDotProduct) {
   torch::manual_seed(13);
   torch::Tensor q = torch::rand({2, 2, 45, 6}, torch::kDouble).requires_grad_();
@@ -108,14 +123,10 @@ TEST(CausalLinearPrefillTest, GradientsMatchCausalDotProduct) {
   const torch::Tensor g_out = torch::randn({2, 2, 45, 4}, torch::kDouble);
   const torch::Tensor g_state = torch::randn({2, 2, 6, 4}, torch::kDouble);
   const CausalLinearPrefillResult got = CausalLinearPrefill(q, k, v, s0, 16);
-  auto grads = torch::autograd::grad({got.out, got.final_state}, {q, k, v, s0}, {g_out, g_state});
-  const torch::Tensor ref_out = CausalDotProduct(q, k, v) + torch::matmul(q, s0);
-  const torch::Tensor ref_state = s0 + torch::matmul(k.transpose(2, 3), v);
-  auto expected = torch::autograd::grad({ref_out, ref_state}, {q, k, v, s0}, {g_out, g_state});
-  for (size_t i = 0; i < grads.size(); ++i) {
-    SCOPED_TRACE("input " + std::to_string(i));
-    EXPECT_TENSOR_CLOSE(grads[i], expected[i], 1e-10, 1e-9);
-  }
+  ExpectSameGradients(
+      {got.out, got.final_state},
+      {CausalDotProduct(q, k, v) + torch::matmul(q, s0), s0 + torch::matmul(k.transpose(2, 3), v)},
+      {q, k, v, s0}, {g_out, g_state});
 }
 
 // Without an initial state the first chunk's product is the state itself.
@@ -129,14 +140,9 @@ TEST(CausalLinearPrefillTest, GradientsMatchCausalDotProductFromAZeroState) {
   for (int64_t chunk : {8, 64}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
     const CausalLinearPrefillResult got = CausalLinearPrefill(q, k, v, {}, chunk);
-    auto grads = torch::autograd::grad({got.out, got.final_state}, {q, k, v}, {g_out, g_state});
-    const torch::Tensor ref_out = CausalDotProduct(q, k, v);
-    const torch::Tensor ref_state = torch::matmul(k.transpose(2, 3), v);
-    auto expected = torch::autograd::grad({ref_out, ref_state}, {q, k, v}, {g_out, g_state});
-    for (size_t i = 0; i < grads.size(); ++i) {
-      SCOPED_TRACE("input " + std::to_string(i));
-      EXPECT_TENSOR_CLOSE(grads[i], expected[i], 1e-10, 1e-9);
-    }
+    ExpectSameGradients({got.out, got.final_state},
+                        {CausalDotProduct(q, k, v), torch::matmul(k.transpose(2, 3), v)}, {q, k, v},
+                        {g_out, g_state});
   }
 }
 
