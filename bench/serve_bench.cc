@@ -80,6 +80,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/decoding/sequence_decoder.h"
@@ -1153,6 +1154,9 @@ int main(int argc, char** argv) {
       "the engine in-process.\nUsage: serve_bench [--model_dir=DIR] [--concurrency=1,8,32,64] "
       "[flags]");
   absl::ParseCommandLine(argc, argv);
+  // As performer-serve runs (server/serve_main.cc), so that the in-process
+  // engine's locks cost what the server's do.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // LibTorch and gRPC report some failures by exception: a message, not an
   // abort.
   try {
