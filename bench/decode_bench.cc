@@ -15,7 +15,9 @@
 //
 // Usage: decode_bench [--threads N] [--reforward-tokens K] (default all
 // cores, 512). Prints a markdown report. --profile B only runs 300 steps at
-// batch B (to look at with perf).
+// batch B (to look at with perf); --profile_prefill L only prefills an
+// L-token prompt; --profile_forward N only runs the model's forward of N
+// 16-token prompts as one batch.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -103,6 +105,24 @@ int ProfilePrefill(int threads, int64_t length) {
   for (int i = 0; i < 100; ++i) run();
   std::printf("prompt %lld: %.3f ms per prefill\n", static_cast<long long>(length),
               Seconds(start) / 100 * 1e3);
+  return 0;
+}
+
+// --profile_forward N: only 20 forwards of N 16-token prompts as one [N, 16]
+// batch, without autograd (what a prefill batched over prompts would cost).
+int ProfileForward(int threads, int64_t prompts) {
+  ConfigureTorchRuntime(threads);
+  models::LoadedModel model = BenchModel();
+  c10::InferenceMode inference;
+  constexpr int64_t kPromptTokens = 16;
+  const torch::Tensor tokens = torch::randint(256, {prompts, kPromptTokens}, torch::kLong);
+  for (int i = 0; i < 3; ++i) (void)model.lm->forward(tokens);
+  auto start = Clock::now();
+  for (int i = 0; i < 20; ++i) (void)model.lm->forward(tokens);
+  const double ms = Seconds(start) / 20 * 1e3;
+  std::printf("%lld prompts of %lld tokens: %.3f ms per forward, %.3f ms per prompt\n",
+              static_cast<long long>(prompts), static_cast<long long>(kPromptTokens), ms,
+              ms / static_cast<double>(prompts));
   return 0;
 }
 
@@ -230,13 +250,16 @@ int main(int argc, char** argv) {
   int64_t reforward_tokens = 512;
   int64_t profile_batch = 0;
   int64_t profile_prefill = 0;
+  int64_t profile_forward = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--profile") == 0) profile_batch = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--profile_prefill") == 0) profile_prefill = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--profile_forward") == 0) profile_forward = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--reforward-tokens") == 0) reforward_tokens = std::atoll(argv[i + 1]);
   }
   if (profile_batch > 0) return performer::Profile(threads, profile_batch);
   if (profile_prefill > 0) return performer::ProfilePrefill(threads, profile_prefill);
+  if (profile_forward > 0) return performer::ProfileForward(threads, profile_forward);
   return performer::Run(threads, reforward_tokens);
 }
