@@ -106,6 +106,24 @@ torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& 
   return logits[0][logits.size(1) - 1];
 }
 
+torch::Tensor PerformerDecoder::PrefillSlots(int64_t first,
+                                             const std::vector<const PrefillRequest*>& requests) {
+  const auto count = static_cast<int64_t>(requests.size());
+  if (info().needs_source || count == 1) return SlotPoolDecoder::PrefillSlots(first, requests);
+  const auto length = static_cast<int64_t>(requests.front()->prompt.size());
+  std::vector<int64_t> tokens;
+  tokens.reserve(static_cast<size_t>(count * length));
+  for (const PrefillRequest* r : requests) {
+    tokens.insert(tokens.end(), r->prompt.begin(), r->prompt.end());
+  }
+  pool().ResetRows(first, count);
+  const std::vector<SlotRows> rows = pool().Rows(first, count, length);
+  models::LMForwardOptions options;
+  options.capture = &rows;
+  torch::Tensor logits = decoder_->forward(OnDevice(tokens).view({count, length}), options);
+  return logits.select(1, length - 1);
+}
+
 torch::Tensor PerformerDecoder::ExtendSlot(int64_t slot, int64_t position,
                                            const torch::Tensor& tokens) {
   return decoder_->Extend(tokens, pool().Rows(slot, 1, position + tokens.size(0)), position);

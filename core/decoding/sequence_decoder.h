@@ -51,6 +51,11 @@ struct PrefillRequest {
   std::vector<bool> source_mask;
 };
 
+struct PrefillItem {
+  SequenceId id = 0;
+  PrefillRequest request;
+};
+
 class SequenceDecoder {
  public:
   virtual ~SequenceDecoder() = default;
@@ -59,6 +64,14 @@ class SequenceDecoder {
   virtual absl::StatusOr<SequenceId> Create() = 0;
   // Logits [vocab] (float32, CPU) predicting the token after the prompt.
   virtual absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) = 0;
+  // Prefills created sequences, each as Prefill(item.id, item.request)
+  // would, and returns one result per item, in order: the logits [vocab]
+  // (float32, CPU) after its prompt, or why its prefill failed. A decoder
+  // may run several as one batch (one forward costs less than several on a
+  // CPU); a failure of that batch is every one of its items' result. The
+  // default prefills them one by one.
+  virtual std::vector<absl::StatusOr<torch::Tensor>> PrefillBatch(
+      const std::vector<PrefillItem>& items);
   // Chunked prefill: feeds more prompt tokens to one prefilled sequence and
   // returns the logits [vocab] after the last. Prefill(a) then Extend(b) is
   // Prefill(a + b) up to the recurrent form's rounding (and, for softmax-

@@ -49,6 +49,54 @@ absl::StatusOr<torch::Tensor> SlotPoolDecoder::Prefill(SequenceId id,
   });
 }
 
+std::vector<absl::StatusOr<torch::Tensor>> SlotPoolDecoder::PrefillBatch(
+    const std::vector<PrefillItem>& items) {
+  // The slots of the items that pass Prefill's checks; one batch when they
+  // are consecutive and their prompts have one length.
+  std::vector<int64_t> slots;
+  std::vector<const PrefillRequest*> requests;
+  bool one_batch = items.size() > 1;
+  for (const PrefillItem& item : items) {
+    absl::StatusOr<int64_t> slot = table_.CheckPrefill(item.id, item.request.prompt);
+    if (!slot.ok() || !CheckSource(item.request).ok() ||
+        (!slots.empty() && (*slot != slots.front() + static_cast<int64_t>(slots.size()) ||
+                            item.request.prompt.size() != requests.front()->prompt.size()))) {
+      one_batch = false;
+      break;
+    }
+    slots.push_back(*slot);
+    requests.push_back(&item.request);
+  }
+  if (!one_batch) return SequenceDecoder::PrefillBatch(items);
+  const absl::StatusOr<torch::Tensor> logits =
+      StatusFromException("prefill", [&]() -> absl::StatusOr<torch::Tensor> {
+        c10::InferenceMode guard;
+        torch::Tensor out = PrefillSlots(slots.front(), requests);
+        for (size_t i = 0; i < slots.size(); ++i) {
+          table_.MarkPrefilled(slots[i], static_cast<int64_t>(requests[i]->prompt.size()));
+        }
+        return out.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      });
+  std::vector<absl::StatusOr<torch::Tensor>> results;
+  results.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    results.push_back(logits.ok()
+                          ? absl::StatusOr<torch::Tensor>((*logits)[static_cast<int64_t>(i)])
+                          : logits.status());
+  }
+  return results;
+}
+
+torch::Tensor SlotPoolDecoder::PrefillSlots(int64_t first,
+                                            const std::vector<const PrefillRequest*>& requests) {
+  std::vector<torch::Tensor> rows;
+  rows.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    rows.push_back(PrefillSlot(first + static_cast<int64_t>(i), *requests[i]));
+  }
+  return torch::stack(rows);
+}
+
 absl::StatusOr<torch::Tensor> SlotPoolDecoder::Extend(SequenceId id,
                                                       const std::vector<int64_t>& tokens) {
   return StatusFromException("extend", [&]() -> absl::StatusOr<torch::Tensor> {

@@ -25,6 +25,11 @@ class SlotPoolDecoder : public SequenceDecoder {
   const DecoderInfo& info() const final { return info_; }
   absl::StatusOr<SequenceId> Create() final;
   absl::StatusOr<torch::Tensor> Prefill(SequenceId id, const PrefillRequest& request) final;
+  // Prompts of one length in consecutive slots (sequences created one after
+  // another, in that order) go through PrefillSlots as one batch; any other
+  // set one sequence at a time.
+  std::vector<absl::StatusOr<torch::Tensor>> PrefillBatch(
+      const std::vector<PrefillItem>& items) final;
   absl::StatusOr<torch::Tensor> Extend(SequenceId id, const std::vector<int64_t>& tokens) final;
   absl::StatusOr<torch::Tensor> Step(const std::vector<SequenceId>& ids,
                                      const std::vector<int64_t>& tokens) final;
@@ -46,6 +51,11 @@ class SlotPoolDecoder : public SequenceDecoder {
   // Resets row `slot` and feeds it the prompt: logits [vocab] after the
   // last prompt token (any device).
   virtual torch::Tensor PrefillSlot(int64_t slot, const PrefillRequest& request) = 0;
+  // The same for rows [first, first + requests.size()), whose prompts have
+  // one length: logits [requests.size(), vocab]. The default calls
+  // PrefillSlot for each.
+  virtual torch::Tensor PrefillSlots(int64_t first,
+                                     const std::vector<const PrefillRequest*>& requests);
   // Feeds `tokens` (on the device) to row `slot`, at `position`: logits
   // [vocab] after the last.
   virtual torch::Tensor ExtendSlot(int64_t slot, int64_t position, const torch::Tensor& tokens) = 0;

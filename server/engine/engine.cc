@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -359,19 +360,16 @@ void Engine::RunIteration() {
   EngineStepStats stats;
   std::vector<ScheduledSequence*> completed;
   std::vector<torch::Tensor> completed_logits;
-  for (const PrefillChunk& chunk : plan.prefills) {
+  // What follows a chunk's forward (`seconds` its share of the time).
+  auto fed = [&](const PrefillChunk& chunk, const absl::StatusOr<torch::Tensor>& logits,
+                 double seconds) {
     ScheduledSequence& s = *chunk.sequence;
-    if (s.finished()) continue;
-    if (chunk.first) output_->Attach(s);
-    const absl::Time start = absl::Now();
-    absl::StatusOr<torch::Tensor> logits = runner_->Prefill(chunk);
-    const double seconds = Seconds(absl::Now() - start);
     s.prefill_seconds += seconds;
     stats.prefill_seconds += seconds;
     ++stats.prefills;
     if (!logits.ok()) {
       s.End(FinishReason::kError, logits.status());
-      continue;
+      return;
     }
     s.prompt_fed = chunk.end;
     // A prompt from the start leaves its states in the prefix cache.
@@ -385,6 +383,28 @@ void Engine::RunIteration() {
       completed.push_back(&s);
       completed_logits.push_back(*logits);
     }
+  };
+  // Fresh prompts' first chunks of one length run as one batch (on a CPU
+  // one forward of several prompts costs less than a forward of each); the
+  // other chunks one by one, in the plan's order.
+  std::map<size_t, std::vector<const PrefillChunk*>> batches;  // by chunk length
+  for (const PrefillChunk& chunk : plan.prefills) {
+    ScheduledSequence& s = *chunk.sequence;
+    if (s.finished()) continue;
+    if (chunk.first) output_->Attach(s);
+    if (ModelRunner::Batchable(chunk)) {
+      batches[chunk.end - chunk.begin].push_back(&chunk);
+      continue;
+    }
+    const absl::Time start = absl::Now();
+    const absl::StatusOr<torch::Tensor> logits = runner_->Prefill(chunk);
+    fed(chunk, logits, Seconds(absl::Now() - start));
+  }
+  for (const auto& [length, chunks] : batches) {
+    const absl::Time start = absl::Now();
+    const std::vector<absl::StatusOr<torch::Tensor>> logits = runner_->PrefillFirst(chunks);
+    const double share = Seconds(absl::Now() - start) / static_cast<double>(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) fed(*chunks[i], logits[i], share);
   }
   if (!completed.empty()) stats.tokens += Emit(*output_, completed, completed_logits);
 

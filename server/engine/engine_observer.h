@@ -10,7 +10,7 @@
 namespace performer::server {
 
 struct EngineStepStats {
-  int64_t prefills = 0;        // prefill forwards (first chunks and Extend chunks)
+  int64_t prefills = 0;        // prompt chunks fed (first chunks and Extend chunks)
   double prefill_seconds = 0;  // their total time
   int64_t batch_size = 0;      // rows of the decode step (0: no step ran)
   double decode_seconds = 0;   // the decode step, sampling included

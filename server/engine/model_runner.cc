@@ -44,6 +44,50 @@ absl::StatusOr<torch::Tensor> ModelRunner::Prefill(const PrefillChunk& chunk) {
   return StatusFromException("prefill", [&] { return decoder_->Prefill(s.decoder_id, request); });
 }
 
+bool ModelRunner::Batchable(const PrefillChunk& chunk) {
+  const ScheduledSequence& s = *chunk.sequence;
+  return chunk.first && s.resume == nullptr && s.request.source.empty();
+}
+
+std::vector<absl::StatusOr<torch::Tensor>> ModelRunner::PrefillFirst(
+    const std::vector<const PrefillChunk*>& chunks) {
+  std::vector<absl::StatusOr<torch::Tensor>> results(chunks.size(),
+                                                     absl::InternalError("not prefilled"));
+  std::vector<decoding::PrefillItem> items;
+  std::vector<size_t> item_chunk;  // items[k] prefills chunks[item_chunk[k]]
+  items.reserve(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    ScheduledSequence& s = *chunks[i]->sequence;
+    absl::StatusOr<decoding::SequenceId> id =
+        StatusFromException("create", [&] { return decoder_->Create(); });
+    if (!id.ok()) {
+      results[i] = id.status();
+      continue;
+    }
+    s.decoder_id = *id;
+    s.has_slot = true;
+    const std::vector<int64_t>& prompt = s.request.prompt;
+    decoding::PrefillItem& item = items.emplace_back();
+    item.id = *id;
+    item.request.prompt.assign(prompt.begin() + static_cast<std::ptrdiff_t>(chunks[i]->begin),
+                               prompt.begin() + static_cast<std::ptrdiff_t>(chunks[i]->end));
+    item_chunk.push_back(i);
+  }
+  if (items.empty()) return results;
+  absl::StatusOr<std::vector<absl::StatusOr<torch::Tensor>>> prefilled = StatusFromException(
+      "prefill", [&]() -> absl::StatusOr<std::vector<absl::StatusOr<torch::Tensor>>> {
+        return decoder_->PrefillBatch(items);
+      });
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (!prefilled.ok()) {
+      results[item_chunk[k]] = prefilled.status();
+    } else if (k < prefilled->size()) {
+      results[item_chunk[k]] = std::move((*prefilled)[k]);
+    }
+  }
+  return results;
+}
+
 absl::StatusOr<torch::Tensor> ModelRunner::Step(const std::vector<ScheduledSequence*>& batch) {
   std::vector<decoding::SequenceId> ids;
   std::vector<int64_t> tokens;

@@ -117,6 +117,59 @@ TEST_P(RecurrentVsFullForward, ExtendMatchesSteps) {
   EXPECT_TRUE(absl::IsOutOfRange(overflow.status())) << overflow.status();
 }
 
+// PrefillBatch gives each sequence what Prefill gives it alone, both when
+// the prompts have one length in consecutive slots (one forward) and when
+// not (one by one); the states agree: the next steps give the same logits.
+// An item that fails its checks fails alone.
+TEST_P(RecurrentVsFullForward, PrefillBatchMatchesPrefillAlone) {
+  PerformerLMConfig config = TinyLMConfig();
+  GetParam().apply(config);
+  auto decoder = MakeDecoder(config, 8);
+  constexpr int kSteps = 4;
+  auto alone = [&](const std::vector<int64_t>& prompt) {
+    const SequenceId id = *decoder->Create();
+    std::vector<torch::Tensor> out = {*decoder->Prefill(id, {prompt, {}, {}})};
+    for (int t = 0; t < kSteps; ++t) out.push_back((*decoder->Step({id}, {t + 1}))[0]);
+    EXPECT_TRUE(decoder->Release(id).ok());
+    return out;
+  };
+  const std::vector<std::vector<std::vector<int64_t>>> sets = {
+      {{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, {11, 12, 13, 14, 15}},  // one forward
+      {{3, 1, 4}, {1, 5, 9, 2, 6, 5}}};                           // one by one
+  for (const auto& prompts : sets) {
+    std::vector<std::vector<torch::Tensor>> expected;
+    for (const auto& p : prompts) expected.push_back(alone(p));
+    std::vector<PrefillItem> items;
+    std::vector<SequenceId> ids;
+    for (const auto& p : prompts) {
+      ids.push_back(*decoder->Create());
+      items.push_back({ids.back(), {p, {}, {}}});
+    }
+    const std::vector<absl::StatusOr<torch::Tensor>> got = decoder->PrefillBatch(items);
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << got[i].status();
+      EXPECT_TENSOR_CLOSE(*got[i], expected[i][0], 1e-5, 1e-5);
+      EXPECT_EQ(*decoder->Position(ids[i]), static_cast<int64_t>(prompts[i].size()));
+    }
+    for (int t = 0; t < kSteps; ++t) {
+      const torch::Tensor out =
+          *decoder->Step(ids, std::vector<int64_t>(ids.size(), static_cast<int64_t>(t + 1)));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        EXPECT_TENSOR_CLOSE(out[static_cast<int64_t>(i)], expected[i][static_cast<size_t>(t + 1)],
+                            1e-5, 1e-5);
+      }
+    }
+    for (SequenceId id : ids) ASSERT_TRUE(decoder->Release(id).ok());
+  }
+  const SequenceId id = *decoder->Create();
+  const std::vector<absl::StatusOr<torch::Tensor>> got =
+      decoder->PrefillBatch({{id, {{1, 2}, {}, {}}}, {id + 100, {{3, 4}, {}, {}}}});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_TRUE(absl::IsNotFound(got[1].status())) << got[1].status();
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Variants, RecurrentVsFullForward,
     ::testing::Values(Variant{"generalized",

@@ -110,6 +110,32 @@ TEST_F(EngineTest, OutputDoesNotDependOnTheBatch) {
   }
 }
 
+// Prompts of one length admitted in one iteration share one forward
+// (SequenceDecoder::PrefillBatch); each gets the tokens it gets alone.
+TEST_F(EngineTest, PromptsPrefilledTogetherGiveTheTokensTheyGiveAlone) {
+  const int kRequests = 8;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < kRequests; ++i) {
+    prompts.push_back({(i * 11) % 100, (i * 5 + 3) % 100, (i * 17 + 1) % 100, 7, (i * 3) % 100});
+  }
+  std::vector<std::vector<int32_t>> alone(kRequests);
+  {
+    std::unique_ptr<Engine> engine = MakeEngine(1);
+    for (int i = 0; i < kRequests; ++i) {
+      alone[i] = RunToEnd(*engine, Greedy(absl::StrCat(i), prompts[i], 12)).tokens;
+    }
+  }
+  std::unique_ptr<Engine> engine = MakeEngine(kRequests);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < kRequests; ++i) {
+    streams.push_back(std::make_shared<RequestStream>());
+    ASSERT_TRUE(engine->Submit(Greedy(absl::StrCat(i), prompts[i], 12), streams.back()).ok());
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(WaitFor(streams[i]).tokens, alone[i]) << "request " << i;
+  }
+}
+
 TEST_F(EngineTest, CancelFreesTheSlotAndEndsTheStream) {
   EngineOptions options;
   options.step_delay = absl::Milliseconds(5);

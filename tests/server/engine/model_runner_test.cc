@@ -42,6 +42,26 @@ TEST_F(ModelRunnerTest, AFirstChunkTakesASlotAndPrefillsTheRestExtend) {
   EXPECT_EQ(decoder_->calls().extend_tokens, (std::vector<int64_t>{2}));
 }
 
+TEST_F(ModelRunnerTest, FirstChunksPrefilledTogetherHaveOneResultEach) {
+  decoder_->FailAt("prefill", 2, fake::FakeFailure::kStatus);
+  auto a = Seq({1, 2, 3});
+  auto b = Seq({4, 5});
+  auto c = Seq({6});
+  const PrefillChunk ca{a.get(), 0, 2, true}, cb{b.get(), 0, 2, true}, cc{c.get(), 0, 1, true};
+  EXPECT_TRUE(ModelRunner::Batchable(ca));
+  EXPECT_FALSE(ModelRunner::Batchable({a.get(), 2, 3, false}));
+  const std::vector<absl::StatusOr<torch::Tensor>> got = runner_->PrefillFirst({&ca, &cb, &cc});
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_EQ(got[0]->argmax().item<int64_t>(), 3);  // after token 2
+  EXPECT_TRUE(absl::IsInternal(got[1].status())) << got[1].status();
+  // Capacity 2: the third gets no slot.
+  EXPECT_TRUE(absl::IsResourceExhausted(got[2].status())) << got[2].status();
+  EXPECT_TRUE(a->has_slot);
+  EXPECT_TRUE(b->has_slot);
+  EXPECT_FALSE(c->has_slot);
+}
+
 TEST_F(ModelRunnerTest, AStepFeedsEachSequenceItsLastTokenInBatchOrder) {
   auto a = Seq({1});
   auto b = Seq({2});
