@@ -55,6 +55,31 @@ class EngineTest : public ::testing::Test {
     return r;
   }
 
+  // Each prompt's greedy tokens when its request runs alone, then all the
+  // requests submitted at once to one engine: the tokens must not change.
+  void ExpectSameTokensAloneAndTogether(const std::vector<std::vector<int64_t>>& prompts,
+                                        int64_t max_new) {
+    const auto count = static_cast<int64_t>(prompts.size());
+    std::vector<std::vector<int32_t>> alone(prompts.size());
+    {
+      std::unique_ptr<Engine> engine = MakeEngine(1);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        alone[i] = RunToEnd(*engine, Greedy(absl::StrCat(i), prompts[i], max_new)).tokens;
+        ASSERT_EQ(alone[i].size(), static_cast<size_t>(max_new));
+      }
+    }
+    std::unique_ptr<Engine> engine = MakeEngine(count);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      streams.push_back(std::make_shared<RequestStream>());
+      ASSERT_TRUE(
+          engine->Submit(Greedy(absl::StrCat(i), prompts[i], max_new), streams.back()).ok());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(WaitFor(streams[i]).tokens, alone[i]) << "request " << i;
+    }
+  }
+
   std::string dir_;
   std::vector<int64_t> fixture_prompt_, fixture_greedy_;
 };
@@ -91,23 +116,7 @@ TEST_F(EngineTest, OutputDoesNotDependOnTheBatch) {
     for (int j = 0; j < 3 + i % 9; ++j) p.push_back((i * 7 + j * 13) % 100);
     prompts.push_back(p);
   }
-  std::vector<std::vector<int32_t>> alone(kRequests);
-  {
-    std::unique_ptr<Engine> engine = MakeEngine(1);
-    for (int i = 0; i < kRequests; ++i) {
-      alone[i] = RunToEnd(*engine, Greedy(absl::StrCat(i), prompts[i], 20)).tokens;
-      ASSERT_EQ(alone[i].size(), 20u);
-    }
-  }
-  std::unique_ptr<Engine> engine = MakeEngine(kRequests);
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < kRequests; ++i) {
-    streams.push_back(std::make_shared<RequestStream>());
-    ASSERT_TRUE(engine->Submit(Greedy(absl::StrCat(i), prompts[i], 20), streams.back()).ok());
-  }
-  for (int i = 0; i < kRequests; ++i) {
-    EXPECT_EQ(WaitFor(streams[i]).tokens, alone[i]) << "request " << i;
-  }
+  ExpectSameTokensAloneAndTogether(prompts, 20);
 }
 
 // Prompts of one length admitted in one iteration share one forward
@@ -118,22 +127,7 @@ TEST_F(EngineTest, PromptsPrefilledTogetherGiveTheTokensTheyGiveAlone) {
   for (int i = 0; i < kRequests; ++i) {
     prompts.push_back({(i * 11) % 100, (i * 5 + 3) % 100, (i * 17 + 1) % 100, 7, (i * 3) % 100});
   }
-  std::vector<std::vector<int32_t>> alone(kRequests);
-  {
-    std::unique_ptr<Engine> engine = MakeEngine(1);
-    for (int i = 0; i < kRequests; ++i) {
-      alone[i] = RunToEnd(*engine, Greedy(absl::StrCat(i), prompts[i], 12)).tokens;
-    }
-  }
-  std::unique_ptr<Engine> engine = MakeEngine(kRequests);
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < kRequests; ++i) {
-    streams.push_back(std::make_shared<RequestStream>());
-    ASSERT_TRUE(engine->Submit(Greedy(absl::StrCat(i), prompts[i], 12), streams.back()).ok());
-  }
-  for (int i = 0; i < kRequests; ++i) {
-    EXPECT_EQ(WaitFor(streams[i]).tokens, alone[i]) << "request " << i;
-  }
+  ExpectSameTokensAloneAndTogether(prompts, 12);
 }
 
 TEST_F(EngineTest, CancelFreesTheSlotAndEndsTheStream) {
