@@ -51,8 +51,8 @@ bool ModelRunner::Batchable(const PrefillChunk& chunk) {
 
 std::vector<absl::StatusOr<torch::Tensor>> ModelRunner::PrefillFirst(
     const std::vector<const PrefillChunk*>& chunks) {
-  std::vector<absl::StatusOr<torch::Tensor>> results(chunks.size(),
-                                                     absl::InternalError("not prefilled"));
+  std::vector<absl::StatusOr<torch::Tensor>> results(
+      chunks.size(), absl::InternalError("the decoder gave no result for this prompt"));
   std::vector<decoding::PrefillItem> items;
   std::vector<size_t> item_chunk;  // items[k] prefills chunks[item_chunk[k]]
   items.reserve(chunks.size());
