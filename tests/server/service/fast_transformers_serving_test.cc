@@ -5,6 +5,7 @@
 // requests run in the same server.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
@@ -54,8 +55,10 @@ class FastTransformersServingTest
     : public in_process::SharedServerTest<FastTransformersServingTest> {
  protected:
   static void SetUpTestSuite() {
-    // A model repository of links: the two fixture folders and the default model.
-    const fs::path root = fs::path(::testing::TempDir()) / "ftlm_repository";
+    // A model repository of links: the two fixture folders and the default
+    // model. One per process: ctest runs this suite's tests as processes
+    // side by side, each setting the suite up.
+    const fs::path root = Root();
     fs::remove_all(root);
     fs::create_directories(root);
     for (const char* name : kCases) {
@@ -69,6 +72,14 @@ class FastTransformersServingTest
     RepositoryOptions options;
     options.max_batch = 4;
     Share(InProcessServer::Start(options, ServiceOptions(), root.string()));
+  }
+  static void TearDownTestSuite() {
+    SharedServerTest::TearDownTestSuite();
+    std::error_code ignored;
+    fs::remove_all(Root(), ignored);
+  }
+  static fs::path Root() {
+    return fs::path(::testing::TempDir()) / ("ftlm_repository_" + std::to_string(::getpid()));
   }
 
   static std::vector<int32_t> Unary(const v1::GenerateRequest& request) {
