@@ -36,12 +36,21 @@ absl::StatusOr<SequenceId> SlotPoolDecoder::Create() {
   return StatusFromException("create", [&] { return table_.Create(); });
 }
 
-absl::StatusOr<torch::Tensor> SlotPoolDecoder::Prefill(SequenceId id,
-                                                       const PrefillRequest& request) {
-  return StatusFromException("prefill", [&]() -> absl::StatusOr<torch::Tensor> {
+absl::StatusOr<int64_t> SlotPoolDecoder::CheckPrefill(SequenceId id,
+                                                      const PrefillRequest& request) const {
+  return StatusFromException("prefill", [&]() -> absl::StatusOr<int64_t> {
     absl::StatusOr<int64_t> slot = table_.CheckPrefill(id, request.prompt);
     if (!slot.ok()) return slot.status();
     if (absl::Status s = CheckSource(request); !s.ok()) return s;
+    return slot;
+  });
+}
+
+absl::StatusOr<torch::Tensor> SlotPoolDecoder::Prefill(SequenceId id,
+                                                       const PrefillRequest& request) {
+  return StatusFromException("prefill", [&]() -> absl::StatusOr<torch::Tensor> {
+    absl::StatusOr<int64_t> slot = CheckPrefill(id, request);
+    if (!slot.ok()) return slot.status();
     c10::InferenceMode guard;
     torch::Tensor logits = PrefillSlot(*slot, request);
     table_.MarkPrefilled(*slot, static_cast<int64_t>(request.prompt.size()));
@@ -57,8 +66,8 @@ std::vector<absl::StatusOr<torch::Tensor>> SlotPoolDecoder::PrefillBatch(
   std::vector<const PrefillRequest*> requests;
   bool one_batch = items.size() > 1;
   for (const PrefillItem& item : items) {
-    absl::StatusOr<int64_t> slot = table_.CheckPrefill(item.id, item.request.prompt);
-    if (!slot.ok() || !CheckSource(item.request).ok() ||
+    absl::StatusOr<int64_t> slot = CheckPrefill(item.id, item.request);
+    if (!slot.ok() ||
         (!slots.empty() && (*slot != slots.front() + static_cast<int64_t>(slots.size()) ||
                             item.request.prompt.size() != requests.front()->prompt.size()))) {
       one_batch = false;

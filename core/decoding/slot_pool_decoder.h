@@ -73,6 +73,10 @@ class SlotPoolDecoder : public SequenceDecoder {
   DecoderInfo& mutable_info() { return info_; }
 
  private:
+  // Prefill's checks: the slot of a created, not yet prefilled sequence
+  // whose request this model takes (nothing thrown escapes).
+  absl::StatusOr<int64_t> CheckPrefill(SequenceId id, const PrefillRequest& request) const;
+
   DecoderInfo info_;
   torch::Device device_;
   StatePool pool_;

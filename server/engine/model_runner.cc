@@ -11,19 +11,33 @@ using decoding::StatusFromException;
 ModelRunner::ModelRunner(std::unique_ptr<decoding::SequenceDecoder> decoder)
     : decoder_(std::move(decoder)) {}
 
-absl::StatusOr<torch::Tensor> ModelRunner::Prefill(const PrefillChunk& chunk) {
-  ScheduledSequence& s = *chunk.sequence;
-  const std::vector<int64_t>& prompt = s.request.prompt;
-  std::vector<int64_t> tokens(prompt.begin() + static_cast<std::ptrdiff_t>(chunk.begin),
+namespace {
+
+// The prompt tokens a chunk feeds.
+std::vector<int64_t> ChunkTokens(const PrefillChunk& chunk) {
+  const std::vector<int64_t>& prompt = chunk.sequence->request.prompt;
+  return std::vector<int64_t>(prompt.begin() + static_cast<std::ptrdiff_t>(chunk.begin),
                               prompt.begin() + static_cast<std::ptrdiff_t>(chunk.end));
-  if (!chunk.first) {
-    return StatusFromException("extend", [&] { return decoder_->Extend(s.decoder_id, tokens); });
-  }
+}
+
+}  // namespace
+
+absl::Status ModelRunner::TakeSlot(ScheduledSequence& s) {
   absl::StatusOr<decoding::SequenceId> id =
       StatusFromException("create", [&] { return decoder_->Create(); });
   if (!id.ok()) return id.status();
   s.decoder_id = *id;
   s.has_slot = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<torch::Tensor> ModelRunner::Prefill(const PrefillChunk& chunk) {
+  ScheduledSequence& s = *chunk.sequence;
+  std::vector<int64_t> tokens = ChunkTokens(chunk);
+  if (!chunk.first) {
+    return StatusFromException("extend", [&] { return decoder_->Extend(s.decoder_id, tokens); });
+  }
+  if (absl::Status taken = TakeSlot(s); !taken.ok()) return taken;
   if (s.resume != nullptr) {
     if (absl::Status restored = StatusFromException(
             "restore", [&] { return decoder_->Restore(s.decoder_id, *s.resume->state); });
@@ -58,19 +72,13 @@ std::vector<absl::StatusOr<torch::Tensor>> ModelRunner::PrefillFirst(
   items.reserve(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
     ScheduledSequence& s = *chunks[i]->sequence;
-    absl::StatusOr<decoding::SequenceId> id =
-        StatusFromException("create", [&] { return decoder_->Create(); });
-    if (!id.ok()) {
-      results[i] = id.status();
+    if (absl::Status taken = TakeSlot(s); !taken.ok()) {
+      results[i] = taken;
       continue;
     }
-    s.decoder_id = *id;
-    s.has_slot = true;
-    const std::vector<int64_t>& prompt = s.request.prompt;
     decoding::PrefillItem& item = items.emplace_back();
-    item.id = *id;
-    item.request.prompt.assign(prompt.begin() + static_cast<std::ptrdiff_t>(chunks[i]->begin),
-                               prompt.begin() + static_cast<std::ptrdiff_t>(chunks[i]->end));
+    item.id = s.decoder_id;
+    item.request.prompt = ChunkTokens(*chunks[i]);
     item_chunk.push_back(i);
   }
   if (items.empty()) return results;

@@ -59,6 +59,9 @@ class ModelRunner {
   void Release(ScheduledSequence& sequence);
 
  private:
+  // Creates the chunk's sequence in the decoder: `s` then holds a slot.
+  absl::Status TakeSlot(ScheduledSequence& s);
+
   std::unique_ptr<decoding::SequenceDecoder> decoder_;
 };
 
