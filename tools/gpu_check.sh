@@ -44,21 +44,22 @@ time_left() {
     return 1
   fi
 }
-# gtest_until_done NAME BINARY [EXCLUDED]: runs a GoogleTest binary
-# (without the tests of the negative filter EXCLUDED); if it crashes, names
+# gtest_until_done NAME BINARY [SELECTED]: runs a GoogleTest binary (the
+# tests of the positive filter SELECTED, default all); if it crashes, names
 # the test that was running and runs the rest without it (5 times at most),
 # so that one crash does not hide the other results.
 gtest_until_done() {
-  local name=$1 binary=$2 filter=-${3:-NONE}
+  local name=$1 binary=$2 selected=${3:-*} excluded=NONE
   for attempt in 1 2 3 4 5; do
-    step "$name.$attempt" timeout 300 "$binary" --gtest_brief=0 --gtest_filter="$filter"
+    step "$name.$attempt" timeout 300 "$binary" --gtest_brief=0 \
+      --gtest_filter="$selected-$excluded"
     local rc=$?
     grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[  FAILED  \] .*\(" "$logs/$name.$attempt.log" | tail -25
     [ $rc -lt 128 ] && return
     local crashed
     crashed=$(grep -E '^\[ RUN      \]' "$logs/$name.$attempt.log" | tail -1 | awk '{print $4}')
     echo "!! $name crashed (rc=$rc) in $crashed"
-    filter="$filter:$crashed"
+    excluded="$excluded:$crashed"
   done
 }
 # bin NAME: the built executable NAME (bench/ or the top level, by build).
@@ -136,6 +137,9 @@ if [ "$core" = ON ]; then
     echo "== performer-serve exit status $? (SIGTERM)"
     grep -iE "device|cuda|listening" "$logs/serve_python.log" | head -5
   fi
+  if time_left 60 "unit tests of the CUDA paths"; then
+    gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'
+  fi
   if time_left 90 "gpu_decode_bench"; then
     step gpu_decode_bench "$(bin gpu_decode_bench)"
     cat "$logs/gpu_decode_bench.log"
@@ -150,7 +154,7 @@ if [ -d third_party/fla ] && time_left 90 "FLA prefill"; then
     third_party
   cat "$logs/fla_prefill.log"
 fi
-if [ "$core" = ON ] && time_left 120 "unit tests"; then
+if [ "$core" = ON ] && time_left 120 "all unit tests"; then
   gtest_until_done unit build-gpu/tests/performer_unit_tests
 fi
 if time_left 150 "compute-sanitizer memcheck"; then
