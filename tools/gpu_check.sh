@@ -2,15 +2,17 @@
 # Builds and runs, on the GPU machine, everything that needs a GPU
 # (docs/gpu.md): the CUDA kernel tests, the fixture-parity suite (its CUDA
 # cases included), performer-serve --device=cuda driven over gRPC by
-# serve_bench and by the Python client, the whole-model decode benchmark, the
-# kernel benchmark with flash-linear-attention's prefill timed beside ours,
-# the unit tests and compute-sanitizer memcheck.
+# serve_bench and by the Python client (twice with one prompt: the second
+# resumes from the prefix cache's state), the whole-model decode benchmark,
+# the kernel benchmark with flash-linear-attention's prefill timed beside
+# ours, the unit tests and compute-sanitizer memcheck.
 #
-#   bash tools/gpu_check.sh [kernels|all]   (default: all)
+#   bash tools/gpu_check.sh [kernels|serve|all]   (default: all)
 #
 # Needs third_party/ from tools/gpu_third_party.sh (carried to the machine).
 # `kernels` builds kernels/ alone (GoogleTest and nlohmann/json only). `all`
-# also builds core, the server and the benchmarks against third_party/sysroot.
+# also builds core, the server and the benchmarks against third_party/sysroot;
+# `serve` builds and runs only performer-serve, serve_bench and the client.
 # Steps run in order of importance, each logged to $OUT (or build-gpu/logs)
 # and packed into logs.tar.gz there; a step that fails does not stop the
 # others, and one that would start after PERFORMER_GPU_BUDGET_S seconds (default
@@ -97,8 +99,12 @@ if [ "$stage" != kernels ] && [ -d "$sysroot" ]; then
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$syslib -Wl,--disable-new-dtags"
     -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$syslib -Wl,--disable-new-dtags"
     -DPERFORMER_WARNINGS_AS_ERRORS=OFF)
-  targets+=(performer_unit_tests performer_parity_tests gpu_decode_bench performer-serve
-    serve_bench performer_integration_python_stubs)
+  if [ "$stage" = serve ]; then
+    targets=(performer-serve serve_bench performer_integration_python_stubs)
+  else
+    targets+=(performer_unit_tests performer_parity_tests gpu_decode_bench performer-serve
+      serve_bench performer_integration_python_stubs)
+  fi
 else
   extra=(-DCMAKE_PREFIX_PATH="$torch_prefix")
 fi
@@ -113,9 +119,11 @@ grep -E "warning:" "$logs/build.log" | grep -v "build-gpu/proto/" | sort -u | he
 # compilers above must not get them); Python (with its own) must not.
 if [ "$core" = ON ]; then export LD_LIBRARY_PATH=$syslib; fi
 
-gtest_until_done cuda_tests build-gpu/tests/performer_cuda_tests
+all=true
+[ "$stage" = serve ] && all=false
+$all && gtest_until_done cuda_tests build-gpu/tests/performer_cuda_tests
 if [ "$core" = ON ]; then
-  gtest_until_done parity build-gpu/tests/performer_parity_tests
+  $all && gtest_until_done parity build-gpu/tests/performer_parity_tests
   if time_left 120 "serve_bench over gRPC"; then
     step serve_bench "$(bin serve_bench)" --device=cuda \
       --concurrency=1,64,256 --requests_per_stream=2 --max_new_tokens=128 --client_cpus=8 \
@@ -123,41 +131,58 @@ if [ "$core" = ON ]; then
     grep -E "^\||^- " "$logs/serve_bench.log"
   fi
   if time_left 60 "Python client against performer-serve --device=cuda"; then
-    build-gpu/server/performer-serve --device=cuda --port=0 \
-      --port_file=build-gpu/port --metrics_port=0 >"$logs/serve_python.log" 2>&1 &
+    rm -f build-gpu/port build-gpu/metrics_port
+    build-gpu/server/performer-serve --device=cuda --port=0 --port_file=build-gpu/port \
+      --metrics_port=0 --metrics_port_file=build-gpu/metrics_port \
+      >"$logs/serve_python.log" 2>&1 &
     server=$!
     for _ in $(seq 120); do [ -s build-gpu/port ] && break; sleep 0.5; done
-    step python_client env -u LD_LIBRARY_PATH PYTHONPATH=build-gpu/python python3 \
-      examples/python/generate.py \
-      --target "127.0.0.1:$(cat build-gpu/port 2>/dev/null)" --max_new_tokens 48 \
-      "Once upon a time"
-    cat "$logs/python_client.log"
+    # The same greedy request twice: the second resumes from the state the
+    # first left in the prefix cache (a device-to-host copy and back).
+    for run in 1 2; do
+      step "python_client.$run" env -u LD_LIBRARY_PATH PYTHONPATH=build-gpu/python python3 \
+        examples/python/generate.py \
+        --target "127.0.0.1:$(cat build-gpu/port 2>/dev/null)" --max_new_tokens 48 \
+        --temperature 0 "Once upon a time"
+      cat "$logs/python_client.$run.log"
+    done
+    if diff <(grep -v '^\[FINISH' "$logs/python_client.1.log") \
+      <(grep -v '^\[FINISH' "$logs/python_client.2.log") >/dev/null; then
+      echo "== the cached prompt's tokens equal the cold prompt's"
+    else
+      echo "== the cached prompt's tokens differ from the cold prompt's"
+      status=1
+    fi
+    env -u LD_LIBRARY_PATH python3 -c "import sys, urllib.request; sys.stdout.write(
+      urllib.request.urlopen(sys.argv[1]).read().decode())" \
+      "http://127.0.0.1:$(cat build-gpu/metrics_port 2>/dev/null)/metrics" |
+      grep -E "^performer_prefix_cache_(queries|hits)_total"
     kill -TERM $server
     wait $server
     echo "== performer-serve exit status $? (SIGTERM)"
     grep -iE "device|cuda|listening" "$logs/serve_python.log" | head -5
   fi
-  if time_left 60 "unit tests of the CUDA paths"; then
+  if $all && time_left 60 "unit tests of the CUDA paths"; then
     gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'
   fi
-  if time_left 90 "gpu_decode_bench"; then
+  if $all && time_left 90 "gpu_decode_bench"; then
     step gpu_decode_bench "$(bin gpu_decode_bench)"
     cat "$logs/gpu_decode_bench.log"
   fi
 fi
-if time_left 60 "gpu_kernel_bench"; then
+if $all && time_left 60 "gpu_kernel_bench"; then
   step gpu_kernel_bench "$(bin gpu_kernel_bench)"
   cat "$logs/gpu_kernel_bench.log"
 fi
-if [ -d third_party/fla ] && time_left 90 "FLA prefill"; then
+if $all && [ -d third_party/fla ] && time_left 90 "FLA prefill"; then
   step fla_prefill env -u LD_LIBRARY_PATH timeout 240 python3 bench/fla_prefill_bench.py \
     third_party
   cat "$logs/fla_prefill.log"
 fi
-if [ "$core" = ON ] && time_left 120 "all unit tests"; then
+if $all && [ "$core" = ON ] && time_left 120 "all unit tests"; then
   gtest_until_done unit build-gpu/tests/performer_unit_tests
 fi
-if time_left 150 "compute-sanitizer memcheck"; then
+if $all && time_left 30 "compute-sanitizer memcheck"; then
   step memcheck timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
     --error-exitcode 1 build-gpu/tests/performer_cuda_tests --gtest_brief=1
   tail -3 "$logs/memcheck.log"

@@ -94,12 +94,25 @@ void StatePool::ResetRows(int64_t start, int64_t count) {
 }
 
 StateSnapshot StatePool::Read(int64_t slot) const {
+  // The row's tensors (all of the pool's one dtype) gathered into one
+  // buffer and copied out in one transfer: from a GPU, a copy per tensor
+  // would wait for the device once per tensor. The snapshot's tensors are
+  // views of that host buffer.
+  std::vector<torch::Tensor> flat;
+  for (const std::vector<torch::Tensor>& tensors : layers_) {
+    for (const torch::Tensor& t : tensors) flat.push_back(t[slot].reshape({-1}));
+  }
+  torch::Tensor host;
+  if (!flat.empty()) host = torch::cat(flat).to(torch::kCPU);
   StateSnapshot snapshot;
   snapshot.position = positions_[slot].item<int64_t>();
+  int64_t offset = 0;
   for (const std::vector<torch::Tensor>& tensors : layers_) {
     std::vector<torch::Tensor> row;
     for (const torch::Tensor& t : tensors) {
-      row.push_back(t[slot].to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      const int64_t n = t[slot].numel();
+      row.push_back(host.narrow(0, offset, n).view(t.sizes().slice(1)));
+      offset += n;
     }
     snapshot.layers.push_back(std::move(row));
   }

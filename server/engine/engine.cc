@@ -384,15 +384,16 @@ void Engine::RunIteration() {
       completed_logits.push_back(*logits);
     }
   };
-  // Fresh prompts' first chunks of one length run as one batch (on a CPU
-  // one forward of several prompts costs less than a forward of each); the
-  // other chunks one by one, in the plan's order.
+  // Fresh prompts' first chunks of one length run as one batch (one
+  // forward of several prompts costs less than a forward of each: on a CPU
+  // per token, on a GPU about as much as one); the other chunks one by one,
+  // in the plan's order.
   std::map<size_t, std::vector<const PrefillChunk*>> batches;  // by chunk length
   for (const PrefillChunk& chunk : plan.prefills) {
     ScheduledSequence& s = *chunk.sequence;
     if (s.finished()) continue;
     if (chunk.first) output_->Attach(s);
-    if (ModelRunner::Batchable(chunk)) {
+    if (chunk.Batchable()) {
       batches[chunk.end - chunk.begin].push_back(&chunk);
       continue;
     }

@@ -58,11 +58,6 @@ absl::StatusOr<torch::Tensor> ModelRunner::Prefill(const PrefillChunk& chunk) {
   return StatusFromException("prefill", [&] { return decoder_->Prefill(s.decoder_id, request); });
 }
 
-bool ModelRunner::Batchable(const PrefillChunk& chunk) {
-  const ScheduledSequence& s = *chunk.sequence;
-  return chunk.first && s.resume == nullptr && s.request.source.empty();
-}
-
 std::vector<absl::StatusOr<torch::Tensor>> ModelRunner::PrefillFirst(
     const std::vector<const PrefillChunk*>& chunks) {
   std::vector<absl::StatusOr<torch::Tensor>> results(

@@ -39,13 +39,11 @@ class ModelRunner {
   // after the chunk's last token. On error the sequence keeps the slot it
   // may have got until Release.
   absl::StatusOr<torch::Tensor> Prefill(const PrefillChunk& chunk);
-  // Whether Prefill of `chunk` may join other such chunks in PrefillFirst:
-  // a fresh prompt's first chunk, no resume point, no source.
-  static bool Batchable(const PrefillChunk& chunk);
-  // Prefills Batchable chunks, each taking a slot (in order, so that the
-  // decoder may run them as one batch: SequenceDecoder::PrefillBatch); one
-  // result per chunk, as Prefill's. A sequence whose prefill failed keeps
-  // the slot it may have got until Release.
+  // Prefills Batchable chunks (PrefillChunk::Batchable), each taking a
+  // slot (in order, so that the decoder may run them as one batch:
+  // SequenceDecoder::PrefillBatch); one result per chunk, as Prefill's. A
+  // sequence whose prefill failed keeps the slot it may have got until
+  // Release.
   std::vector<absl::StatusOr<torch::Tensor>> PrefillFirst(
       const std::vector<const PrefillChunk*>& chunks);
   // One batched step feeding each sequence its last sampled token; logits

@@ -66,7 +66,7 @@ void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
   Entry entry;
   entry.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(length));
   if (length == prompt.size() && logits.defined()) {
-    entry.logits = logits.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    entry.logits = logits.detach().clone(at::MemoryFormat::Contiguous);
   }
   entry.bytes = state.bytes() + static_cast<int64_t>(length * sizeof(int64_t)) +
                 (entry.logits.defined() ? entry.logits.numel() * entry.logits.element_size() : 0);

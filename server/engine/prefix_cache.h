@@ -58,7 +58,9 @@ class PrefixStateCache {
   // boundary or the prompt's end, not cached yet.
   bool Wants(const std::vector<int64_t>& prompt, size_t length);
   // Keeps the state after prompt[0, length); `logits` [vocab] (the logits
-  // after the last token) are kept when length is the whole prompt.
+  // after the last token) are kept when length is the whole prompt, as a
+  // copy on their own device: a hit's logits are sampled with those of the
+  // iteration's other prompts, which must share their device.
   // Evicts the least recently used entries to stay under the budget; an
   // entry larger than the whole budget is not kept.
   void Insert(const std::vector<int64_t>& prompt, size_t length, StateSnapshot state,

@@ -1,6 +1,7 @@
 #include "server/engine/scheduler.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +21,10 @@ bool ScheduledSequence::EndIfCancelled(bool deadline_passed) {
   if (cancel == FinishReason::kNone) return false;
   End(cancel);
   return true;
+}
+
+bool PrefillChunk::Batchable() const {
+  return first && sequence->resume == nullptr && sequence->request.source.empty();
 }
 
 Scheduler::Scheduler(SchedulerOptions options) : options_(options) {}
@@ -122,33 +127,37 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   // 2. Prefill chunks under the budget.
   const int64_t chunk_tokens = options_.prefill_chunk_tokens;
   int64_t budget = chunk_tokens;
-  int64_t chunks = 0;
-  const auto fits = [&](int64_t chunk) {
-    return chunks == 0 || (chunk <= budget && chunks < options_.max_prefills_per_step);
+  int64_t forwards = 0;
+  std::set<size_t> batched_lengths;  // of the Batchable chunks planned
+  // Adds `chunk` to the plan if it fits the budget (the first always does).
+  const auto add = [&](const PrefillChunk& chunk) {
+    const auto tokens = static_cast<int64_t>(chunk.end - chunk.begin);
+    const bool joins = chunk.Batchable() && batched_lengths.count(chunk.end - chunk.begin) > 0;
+    if (!plan.prefills.empty() &&
+        (tokens > budget || (!joins && forwards >= options_.max_prefills_per_step))) {
+      return false;
+    }
+    budget -= tokens;
+    if (!joins) ++forwards;
+    if (chunk.Batchable()) batched_lengths.insert(chunk.end - chunk.begin);
+    plan.prefills.push_back(chunk);
+    return true;
   };
   for (auto& s : running_) {
     if (s->finished() || !s->prefilling()) continue;
     const size_t end =
         std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
-    const int64_t chunk = static_cast<int64_t>(end - s->prompt_fed);
-    if (!fits(chunk)) break;
-    budget -= chunk;
-    ++chunks;
-    plan.prefills.push_back({s.get(), s->prompt_fed, end, /*first=*/false});
+    if (!add({s.get(), s->prompt_fed, end, /*first=*/false})) break;
   }
   while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.capacity) {
     auto it = queue_.begin();
-    const size_t begin = it->second->prompt_fed;
+    ScheduledSequence* s = it->second.get();
     const size_t end =
-        std::min(it->second->request.prompt.size(), begin + static_cast<size_t>(chunk_tokens));
-    if (!fits(static_cast<int64_t>(end - begin))) break;
-    budget -= static_cast<int64_t>(end - begin);
-    ++chunks;
-    std::unique_ptr<ScheduledSequence> s = std::move(it->second);
-    queue_.erase(it);
+        std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
+    if (!add({s, s->prompt_fed, end, /*first=*/true})) break;
     s->admitted = now;
-    plan.prefills.push_back({s.get(), begin, end, /*first=*/true});
-    running_.push_back(std::move(s));
+    running_.push_back(std::move(it->second));
+    queue_.erase(it);
   }
   return plan;
 }

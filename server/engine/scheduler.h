@@ -9,7 +9,8 @@
 //      passed their deadline are marked finished.
 //   2. Prefill chunks of at most prefill_chunk_tokens, under a budget of the
 //      same size and of max_prefills_per_step forwards (at least one chunk
-//      per iteration, so a prompt always progresses): first the next chunk
+//      per iteration, so a prompt always progresses; the Batchable chunks
+//      of one length are one forward): first the next chunk
 //      of prompts already being prefilled, in admission order, then waiting
 //      requests by priority (FIFO among equals) while slots are free; their
 //      first chunk comes with the slot. Chunk boundaries are multiples of
@@ -96,8 +97,10 @@ struct SchedulerOptions {
   int64_t max_queue = 256;             // waiting requests beyond the slots
   int64_t prefill_chunk_tokens = 512;  // chunk size and per-iteration prefill budget
   // Prefill forwards per iteration, whatever their size: each costs a pass
-  // over the weights, so many short prompts arriving at once would
-  // otherwise stall the running streams as much as one long one.
+  // over the weights (on a GPU, a launch of every kernel of the model), so
+  // many short prompts arriving at once would otherwise stall the running
+  // streams as much as one long one. The Batchable first chunks of one
+  // length are one forward.
   int64_t max_prefills_per_step = 4;
 };
 
@@ -110,6 +113,11 @@ struct PrefillChunk {
   size_t begin = 0;
   size_t end = 0;
   bool first = false;
+
+  // A fresh prompt's first chunk: no state to resume from, no source. The
+  // runner prefills an iteration's Batchable chunks of one length as one
+  // forward (ModelRunner::PrefillFirst).
+  bool Batchable() const;
 };
 
 struct IterationPlan {

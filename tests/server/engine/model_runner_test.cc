@@ -48,8 +48,8 @@ TEST_F(ModelRunnerTest, FirstChunksPrefilledTogetherHaveOneResultEach) {
   auto b = Seq({4, 5});
   auto c = Seq({6});
   const PrefillChunk ca{a.get(), 0, 2, true}, cb{b.get(), 0, 2, true}, cc{c.get(), 0, 1, true};
-  EXPECT_TRUE(ModelRunner::Batchable(ca));
-  EXPECT_FALSE(ModelRunner::Batchable({a.get(), 2, 3, false}));
+  EXPECT_TRUE(ca.Batchable());
+  EXPECT_FALSE((PrefillChunk{a.get(), 2, 3, false}.Batchable()));
   const std::vector<absl::StatusOr<torch::Tensor>> got = runner_->PrefillFirst({&ca, &cb, &cc});
   ASSERT_EQ(got.size(), 3u);
   ASSERT_TRUE(got[0].ok()) << got[0].status();

@@ -57,7 +57,11 @@ TEST(PrefixCacheTest, APromptResumesFromItsEndOrTheLongestIntervalPrefix) {
   PrefixStateCache cache({1 << 20, 4});
   const std::vector<int64_t> prompt = Tokens(10);
   for (size_t length : {4u, 8u}) cache.Insert(prompt, length, State(length), torch::Tensor());
-  cache.Insert(prompt, 10, State(10), torch::full({3}, 7.0f));
+  // The logits come as a row of a batch's output: the cache keeps a copy of
+  // the row alone.
+  torch::Tensor batch_logits = torch::full({2, 3}, 7.0f);
+  cache.Insert(prompt, 10, State(10), batch_logits[1]);
+  batch_logits.fill_(0.0f);
 
   // The same prompt: its end, with the logits.
   std::optional<PrefixHit> same = cache.Lookup(prompt);
@@ -66,6 +70,8 @@ TEST(PrefixCacheTest, APromptResumesFromItsEndOrTheLongestIntervalPrefix) {
   EXPECT_EQ(same->state->position, 10);
   ASSERT_TRUE(same->logits.defined());
   EXPECT_EQ(same->logits[0].item<float>(), 7.0f);
+  EXPECT_EQ(same->logits.device(), batch_logits.device());
+  EXPECT_EQ(same->logits.storage().nbytes(), 3 * sizeof(float));
 
   // A longer prompt: the longest interval prefix, not the other prompt's
   // end (a cold run passes it inside a chunk).

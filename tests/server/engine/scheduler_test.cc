@@ -92,12 +92,42 @@ TEST(SchedulerTest, ChunksLongPromptsUnderTheBudgetAndContinuesThemFirst) {
 
 TEST(SchedulerTest, BoundsPrefillForwardsPerIteration) {
   Scheduler scheduler(Options(/*capacity=*/8, /*chunk=*/100, /*max_prefills=*/2));
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(scheduler.Submit(Seq("r" + std::to_string(i), 1)).ok());
+  // Prompts of five lengths: five forwards.
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(scheduler.Submit(Seq("r" + std::to_string(i), i)).ok());
   for (size_t expected : {2u, 2u, 1u}) {
     IterationPlan plan = scheduler.Schedule(absl::Now());
     EXPECT_EQ(plan.prefills.size(), expected);
     Feed(plan);
   }
+}
+
+// Fresh prompts' first chunks of one length are one forward (the runner
+// prefills them as one batch); a chunk that continues a prompt, or one with
+// a source (or a state to resume from), is a forward of its own.
+TEST(SchedulerTest, FirstChunksOfOneLengthShareAForward) {
+  Scheduler scheduler(Options(/*capacity=*/16, /*chunk=*/8, /*max_prefills=*/2));
+  ASSERT_TRUE(scheduler.Submit(Seq("long", 12)).ok());  // chunks of 8 and 4
+  IterationPlan plan = scheduler.Schedule(absl::Now());
+  ASSERT_EQ(Ids(plan), (std::vector<std::string>{"long"}));
+  EXPECT_TRUE(plan.prefills[0].Batchable());
+  Feed(plan);
+  auto translated = Seq("translated", 2);  // an encoder-decoder request
+  translated->request.source = {7, 8};
+  ASSERT_TRUE(scheduler.Submit(std::move(translated)).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler.Submit(Seq("two" + std::to_string(i), 2)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("one", 1)).ok());
+  // "long"'s second chunk (4 tokens) and "translated" are the two forwards,
+  // and the 2-token prompts would start a third.
+  plan = scheduler.Schedule(absl::Now());
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"long", "translated"}));
+  EXPECT_FALSE(plan.prefills[0].Batchable());
+  EXPECT_FALSE(plan.prefills[1].Batchable());
+  Feed(plan);
+  // Three 2-token prompts share the first forward, the 1-token one is the
+  // second: 7 tokens, two forwards.
+  plan = scheduler.Schedule(absl::Now());
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"two0", "two1", "two2", "one"}));
+  for (const PrefillChunk& c : plan.prefills) EXPECT_TRUE(c.Batchable());
 }
 
 TEST(SchedulerTest, AlwaysRunsOneChunk) {
