@@ -83,6 +83,7 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
   scheduling.max_queue = options_.max_queue;
   scheduling.prefill_chunk_tokens = options_.prefill_chunk_tokens;
   scheduling.max_prefills_per_step = options_.max_prefills_per_step;
+  scheduling.batched_prefill_is_one_forward = options_.batched_prefill_is_one_forward;
   scheduler_ = std::make_unique<Scheduler>(scheduling);
   output_ =
       std::make_unique<OutputProcessor>(tokenizer, runner_->info().max_seq_len, options_.observer);

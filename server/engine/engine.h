@@ -62,8 +62,10 @@ class OutputProcessor;
 struct EngineOptions {
   int64_t max_queue = 256;             // waiting requests beyond the slots
   int64_t prefill_chunk_tokens = 512;  // chunk size and per-iteration prefill budget
-  // Prefill forwards per iteration, whatever their size (scheduler.h).
+  // Prefill forwards per iteration, whatever their size, and whether new
+  // prompts of one length fed as one forward count once (scheduler.h).
   int64_t max_prefills_per_step = 4;
+  bool batched_prefill_is_one_forward = false;
   RequestBounds request_bounds;                      // what one request may carry
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
   // Test hook: after this many decode steps the engine blocks until Stop()

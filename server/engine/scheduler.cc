@@ -132,7 +132,8 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   // Adds `chunk` to the plan if it fits the budget (the first always does).
   const auto add = [&](const PrefillChunk& chunk) {
     const auto tokens = static_cast<int64_t>(chunk.end - chunk.begin);
-    const bool joins = chunk.Batchable() && batched_lengths.count(chunk.end - chunk.begin) > 0;
+    const bool joins = options_.batched_prefill_is_one_forward && chunk.Batchable() &&
+                       batched_lengths.count(chunk.end - chunk.begin) > 0;
     if (!plan.prefills.empty() &&
         (tokens > budget || (!joins && forwards >= options_.max_prefills_per_step))) {
       return false;

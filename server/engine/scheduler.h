@@ -10,7 +10,8 @@
 //   2. Prefill chunks of at most prefill_chunk_tokens, under a budget of the
 //      same size and of max_prefills_per_step forwards (at least one chunk
 //      per iteration, so a prompt always progresses; the Batchable chunks
-//      of one length are one forward): first the next chunk
+//      of one length are one forward where batched_prefill_is_one_forward):
+//      first the next chunk
 //      of prompts already being prefilled, in admission order, then waiting
 //      requests by priority (FIFO among equals) while slots are free; their
 //      first chunk comes with the slot. Chunk boundaries are multiples of
@@ -97,11 +98,16 @@ struct SchedulerOptions {
   int64_t max_queue = 256;             // waiting requests beyond the slots
   int64_t prefill_chunk_tokens = 512;  // chunk size and per-iteration prefill budget
   // Prefill forwards per iteration, whatever their size: each costs a pass
-  // over the weights (on a GPU, a launch of every kernel of the model), so
-  // many short prompts arriving at once would otherwise stall the running
-  // streams as much as one long one. The Batchable first chunks of one
-  // length are one forward.
+  // over the weights, so many short prompts arriving at once would
+  // otherwise stall the running streams as much as one long one.
   int64_t max_prefills_per_step = 4;
+  // How the Batchable first chunks of one length, which the runner feeds as
+  // one forward, count against max_prefills_per_step: as one forward (on a
+  // GPU, where a short forward costs the launches of its kernels whatever
+  // its rows) or as one per chunk (on a CPU, where its cost grows with its
+  // rows: the token budget alone would let 32 short prompts stall the
+  // running streams at once).
+  bool batched_prefill_is_one_forward = false;
 };
 
 // One prompt chunk to feed: tokens [begin, end) of the sequence's prompt.

@@ -138,6 +138,9 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
       return s;
     }
     EngineOptions engine_options = options.engine;
+    // On a GPU a batch of short prompts costs about one forward's kernel
+    // launches; on a CPU each prompt's arithmetic.
+    engine_options.batched_prefill_is_one_forward = options.device != "cpu";
     engine_options.sessions.fingerprint = Fingerprint(hosted->name, *model);
     engine_options.sessions.max_state_bytes = 2 * (*decoder)->info().state_bytes_per_sequence;
     if (options.observer_for_model)

@@ -92,8 +92,7 @@ TEST(SchedulerTest, ChunksLongPromptsUnderTheBudgetAndContinuesThemFirst) {
 
 TEST(SchedulerTest, BoundsPrefillForwardsPerIteration) {
   Scheduler scheduler(Options(/*capacity=*/8, /*chunk=*/100, /*max_prefills=*/2));
-  // Prompts of five lengths: five forwards.
-  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(scheduler.Submit(Seq("r" + std::to_string(i), i)).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(scheduler.Submit(Seq("r" + std::to_string(i), 1)).ok());
   for (size_t expected : {2u, 2u, 1u}) {
     IterationPlan plan = scheduler.Schedule(absl::Now());
     EXPECT_EQ(plan.prefills.size(), expected);
@@ -101,11 +100,14 @@ TEST(SchedulerTest, BoundsPrefillForwardsPerIteration) {
   }
 }
 
-// Fresh prompts' first chunks of one length are one forward (the runner
-// prefills them as one batch); a chunk that continues a prompt, or one with
-// a source (or a state to resume from), is a forward of its own.
+// Where a batch counts as one forward (a GPU), fresh prompts' first chunks
+// of one length are one forward (the runner prefills them as one batch); a
+// chunk that continues a prompt, or one with a source (or a state to resume
+// from), is a forward of its own.
 TEST(SchedulerTest, FirstChunksOfOneLengthShareAForward) {
-  Scheduler scheduler(Options(/*capacity=*/16, /*chunk=*/8, /*max_prefills=*/2));
+  SchedulerOptions options = Options(/*capacity=*/16, /*chunk=*/8, /*max_prefills=*/2);
+  options.batched_prefill_is_one_forward = true;
+  Scheduler scheduler(options);
   ASSERT_TRUE(scheduler.Submit(Seq("long", 12)).ok());  // chunks of 8 and 4
   IterationPlan plan = scheduler.Schedule(absl::Now());
   ASSERT_EQ(Ids(plan), (std::vector<std::string>{"long"}));
