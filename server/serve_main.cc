@@ -113,6 +113,10 @@ ABSL_FLAG(int64_t, prefix_cache_bytes, int64_t{256} << 20,
           "Per model: host memory for the prefix-state cache (the state after prompt prefixes, "
           "reused by later prompts that start the same way); 0 turns it off. Separate from "
           "--state_memory_bytes: a full cache evicts, it never refuses a request.");
+ABSL_FLAG(bool, prefix_cache_on_device, false,
+          "Keep the prefix-state cache in the model's device memory instead of host memory "
+          "(--prefix_cache_bytes then counts device memory): on a GPU a device copy per prompt "
+          "instead of a transfer that waits for the device.");
 ABSL_FLAG(int64_t, prefix_cache_interval_tokens, 0,
           "Inside long prompts, keep a prefix state every this many tokens (a multiple of "
           "--prefill_chunk_tokens; 0 = the chunk size). Prompt ends are always kept.");
@@ -361,6 +365,7 @@ int Run() {
     return Fail(2, "--max_concurrent_streams must be at least 1");
   }
   options.engine.prefix_cache.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
+  options.engine.prefix_cache.on_device = absl::GetFlag(FLAGS_prefix_cache_on_device);
   options.engine.prefix_cache.interval_tokens =
       absl::GetFlag(FLAGS_prefix_cache_interval_tokens) == 0
           ? options.engine.prefill_chunk_tokens

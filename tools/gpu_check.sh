@@ -2,8 +2,9 @@
 # Builds and runs, on the GPU machine, everything that needs a GPU
 # (docs/gpu.md): the CUDA kernel tests, the fixture-parity suite (its CUDA
 # cases included), performer-serve --device=cuda driven over gRPC by
-# serve_bench and by the Python client (twice with one prompt: the second
-# resumes from the prefix cache's state), the whole-model decode benchmark,
+# serve_bench (also with --prefix_cache_on_device) and by the Python client
+# (twice with one prompt: the second resumes from the prefix cache's state,
+# in host memory, then in device memory), the whole-model decode benchmark,
 # the kernel benchmark with flash-linear-attention's prefill timed beside
 # ours, the unit tests and compute-sanitizer memcheck.
 #
@@ -66,6 +67,42 @@ gtest_until_done() {
 }
 # bin NAME: the built executable NAME (bench/ or the top level, by build).
 bin() { find build-gpu -name "$1" -type f -perm -u+x | head -1; }
+# python_twice NAME [SERVER FLAGS...]: performer-serve --device=cuda on the
+# embedded model, and the Python client's same greedy request twice: the
+# second resumes from the state the first left in the prefix cache; their
+# tokens must be equal.
+python_twice() {
+  local name=$1
+  shift
+  rm -f build-gpu/port build-gpu/metrics_port
+  build-gpu/server/performer-serve --device=cuda --port=0 --port_file=build-gpu/port \
+    --metrics_port=0 --metrics_port_file=build-gpu/metrics_port "$@" \
+    >"$logs/$name.server.log" 2>&1 &
+  local server=$!
+  for _ in $(seq 120); do [ -s build-gpu/port ] && break; sleep 0.5; done
+  for run in 1 2; do
+    step "$name.$run" env -u LD_LIBRARY_PATH PYTHONPATH=build-gpu/python python3 \
+      examples/python/generate.py \
+      --target "127.0.0.1:$(cat build-gpu/port 2>/dev/null)" --max_new_tokens 48 \
+      --temperature 0 "Once upon a time"
+    cat "$logs/$name.$run.log"
+  done
+  if diff <(grep -v '^\[FINISH' "$logs/$name.1.log") \
+    <(grep -v '^\[FINISH' "$logs/$name.2.log") >/dev/null; then
+    echo "== $name: the cached prompt's tokens equal the cold prompt's"
+  else
+    echo "== $name: the cached prompt's tokens differ from the cold prompt's"
+    status=1
+  fi
+  env -u LD_LIBRARY_PATH python3 -c "import sys, urllib.request; sys.stdout.write(
+    urllib.request.urlopen(sys.argv[1]).read().decode())" \
+    "http://127.0.0.1:$(cat build-gpu/metrics_port 2>/dev/null)/metrics" |
+    grep -E "^performer_prefix_cache_(queries|hits)_total"
+  kill -TERM $server
+  wait $server
+  echo "== $name: performer-serve exit status $? (SIGTERM)"
+  grep -iE "device|cuda|listening" "$logs/$name.server.log" | head -3
+}
 finish() {
   tar -C "$logs" -czf "$out/logs.tar.gz" .
   exit $status
@@ -130,37 +167,16 @@ if [ "$core" = ON ]; then
       --server_binary=build-gpu/server/performer-serve
     grep -E "^\||^- " "$logs/serve_bench.log"
   fi
+  if time_left 60 "serve_bench, the prefix cache on the device"; then
+    step serve_bench_cache_on_device "$(bin serve_bench)" --device=cuda \
+      --concurrency=64,256 --requests_per_stream=2 --max_new_tokens=128 --client_cpus=8 \
+      --engine=false --decoder=false --server_binary=build-gpu/server/performer-serve \
+      --server_flags=--prefix_cache_on_device
+    grep -E "^\| [0-9]" "$logs/serve_bench_cache_on_device.log"
+  fi
   if time_left 60 "Python client against performer-serve --device=cuda"; then
-    rm -f build-gpu/port build-gpu/metrics_port
-    build-gpu/server/performer-serve --device=cuda --port=0 --port_file=build-gpu/port \
-      --metrics_port=0 --metrics_port_file=build-gpu/metrics_port \
-      >"$logs/serve_python.log" 2>&1 &
-    server=$!
-    for _ in $(seq 120); do [ -s build-gpu/port ] && break; sleep 0.5; done
-    # The same greedy request twice: the second resumes from the state the
-    # first left in the prefix cache (a device-to-host copy and back).
-    for run in 1 2; do
-      step "python_client.$run" env -u LD_LIBRARY_PATH PYTHONPATH=build-gpu/python python3 \
-        examples/python/generate.py \
-        --target "127.0.0.1:$(cat build-gpu/port 2>/dev/null)" --max_new_tokens 48 \
-        --temperature 0 "Once upon a time"
-      cat "$logs/python_client.$run.log"
-    done
-    if diff <(grep -v '^\[FINISH' "$logs/python_client.1.log") \
-      <(grep -v '^\[FINISH' "$logs/python_client.2.log") >/dev/null; then
-      echo "== the cached prompt's tokens equal the cold prompt's"
-    else
-      echo "== the cached prompt's tokens differ from the cold prompt's"
-      status=1
-    fi
-    env -u LD_LIBRARY_PATH python3 -c "import sys, urllib.request; sys.stdout.write(
-      urllib.request.urlopen(sys.argv[1]).read().decode())" \
-      "http://127.0.0.1:$(cat build-gpu/metrics_port 2>/dev/null)/metrics" |
-      grep -E "^performer_prefix_cache_(queries|hits)_total"
-    kill -TERM $server
-    wait $server
-    echo "== performer-serve exit status $? (SIGTERM)"
-    grep -iE "device|cuda|listening" "$logs/serve_python.log" | head -5
+    python_twice python_host
+    python_twice python_device --prefix_cache_on_device
   fi
   if $all && time_left 60 "unit tests of the CUDA paths"; then
     gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'

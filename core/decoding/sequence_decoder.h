@@ -84,9 +84,9 @@ class SequenceDecoder {
                                              const std::vector<int64_t>& tokens) = 0;
   virtual absl::Status Release(SequenceId id) = 0;
 
-  // The whole state of a prefilled sequence, copied to the host: what it
-  // would continue from (StateSnapshot). Unimplemented for a decoder that
-  // cannot take its state out.
+  // A copy of the whole state of a prefilled sequence, on the model's
+  // device (StateSnapshot::OnHost moves it out): what it would continue
+  // from. Unimplemented for a decoder that cannot take its state out.
   virtual absl::StatusOr<StateSnapshot> Snapshot(SequenceId id) const;
   // Gives a created, not yet prefilled sequence the state of `snapshot`
   // (its position included), which must come from a decoder of the same

@@ -94,16 +94,15 @@ void StatePool::ResetRows(int64_t start, int64_t count) {
 }
 
 StateSnapshot StatePool::Read(int64_t slot) const {
-  // The row's tensors (all of the pool's one dtype) gathered into one
-  // buffer and copied out in one transfer: from a GPU, a copy per tensor
-  // would wait for the device once per tensor. The snapshot's tensors are
-  // views of that host buffer.
+  // The row's tensors (all of the pool's one dtype) gathered into one new
+  // buffer on the pool's device, of which the snapshot's tensors are views:
+  // one copy, and on a GPU no wait for the device.
   std::vector<torch::Tensor> flat;
   for (const std::vector<torch::Tensor>& tensors : layers_) {
     for (const torch::Tensor& t : tensors) flat.push_back(t[slot].reshape({-1}));
   }
-  torch::Tensor host;
-  if (!flat.empty()) host = torch::cat(flat).to(torch::kCPU);
+  torch::Tensor buffer;
+  if (!flat.empty()) buffer = torch::cat(flat);
   StateSnapshot snapshot;
   snapshot.position = positions_[slot].item<int64_t>();
   int64_t offset = 0;
@@ -111,7 +110,7 @@ StateSnapshot StatePool::Read(int64_t slot) const {
     std::vector<torch::Tensor> row;
     for (const torch::Tensor& t : tensors) {
       const int64_t n = t[slot].numel();
-      row.push_back(host.narrow(0, offset, n).view(t.sizes().slice(1)));
+      row.push_back(buffer.narrow(0, offset, n).view(t.sizes().slice(1)));
       offset += n;
     }
     snapshot.layers.push_back(std::move(row));

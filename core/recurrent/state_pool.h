@@ -42,7 +42,7 @@ class StatePool {
   // Puts rows [start, start + count) in the state of a new sequence.
   void ResetRows(int64_t start, int64_t count);
 
-  // Row `slot` copied to the host (its position included).
+  // A copy of row `slot` (its position included), on the pool's device.
   StateSnapshot Read(int64_t slot) const;
   // InvalidArgument when the snapshot's layers, shapes or dtypes are not
   // this pool's.

@@ -1,6 +1,7 @@
 // One sequence's recurrent state taken out of a slot pool
 // (core/recurrent/state_pool.h): every layer's tensors of its slot, without
-// the slot dimension, on the host, and the tokens it has consumed. A value:
+// the slot dimension, on the pool's device (OnHost copies them out), and the
+// tokens it has consumed. A value:
 // it outlives the pool row it came from, and written into any row of a pool
 // with the same layout that row continues exactly as the original would
 // (the tensors are bit copies). Its size is the model's state bytes per
@@ -21,6 +22,10 @@ struct StateSnapshot {
 
   // Bytes of the tensors (and the position).
   int64_t bytes() const;
+  // The same state with every tensor on the host, copied out in one
+  // transfer (from a GPU, a copy per tensor would wait for the device once
+  // per tensor); a snapshot already there is returned as it is.
+  StateSnapshot OnHost() const;
 };
 
 }  // namespace performer

@@ -342,7 +342,8 @@ void Engine::Retire(ScheduledSequence& s) {
       absl::StatusOr<StateSnapshot> state = runner_->Snapshot(s);
       const int64_t expected = static_cast<int64_t>(seen.size()) - (s.generated > 0 ? 1 : 0);
       if (state.ok() && state->position == expected) {
-        updated = SessionState{std::make_shared<const StateSnapshot>(*std::move(state)), seen};
+        // Sessions live in host memory (and spill to disk).
+        updated = SessionState{std::make_shared<const StateSnapshot>(state->OnHost()), seen};
       }
     }
     sessions_->End(SessionKey(s.request.owner, s.request.session_id), std::move(updated),
@@ -377,8 +378,11 @@ void Engine::RunIteration() {
     if (s.history.empty() && s.pending_tokens == 0 &&
         prefix_cache_->Wants(s.request.prompt, chunk.end)) {
       absl::StatusOr<StateSnapshot> state = runner_->Snapshot(s);
-      if (state.ok())
-        prefix_cache_->Insert(s.request.prompt, chunk.end, *std::move(state), *logits);
+      if (state.ok()) {
+        prefix_cache_->Insert(s.request.prompt, chunk.end,
+                              options_.prefix_cache.on_device ? *std::move(state) : state->OnHost(),
+                              *logits);
+      }
     }
     if (!s.prefilling()) {
       completed.push_back(&s);

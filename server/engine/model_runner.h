@@ -49,7 +49,7 @@ class ModelRunner {
   // One batched step feeding each sequence its last sampled token; logits
   // [batch.size(), vocab], rows in batch order.
   absl::StatusOr<torch::Tensor> Step(const std::vector<ScheduledSequence*>& batch);
-  // The state of the sequence's slot, copied to the host.
+  // A copy of the state of the sequence's slot, on the model's device.
   absl::StatusOr<StateSnapshot> Snapshot(const ScheduledSequence& sequence) const;
   // Whether `snapshot` fits this model's state layout.
   absl::Status CheckSnapshot(const StateSnapshot& snapshot) const;

@@ -88,21 +88,27 @@ class StateReuseTest : public ::testing::Test {
 
 TEST_F(StateReuseTest, ARepeatedPromptResumesFromItsEndWithTheColdTokens) {
   std::unique_ptr<Engine> cold = MakeEngine(CacheOff());
-  std::unique_ptr<Engine> cached = MakeEngine(CacheOn());
   const std::vector<int64_t> prompt = LongPrompt(70);  // chunks end at 16, 32, 48, 64, 70
-  for (bool sampled : {false, true}) {
-    SCOPED_TRACE(sampled ? "sampled" : "greedy");
-    const Collected expected = RunToEnd(*cold, Request("c", prompt, 24, sampled));
-    const Collected first = RunToEnd(*cached, Request("a", prompt, 24, sampled));
-    const Collected second = RunToEnd(*cached, Request("b", prompt, 24, sampled));
-    EXPECT_EQ(Tokens(first), Tokens(expected));
-    EXPECT_EQ(Tokens(second), Tokens(expected));
-    EXPECT_EQ(second.summary.cached_prompt_tokens, 70);
-    EXPECT_EQ(second.summary.prompt_tokens, 70);
+  // The states kept in host memory, and where the model runs.
+  for (bool on_device : {false, true}) {
+    SCOPED_TRACE(on_device ? "on the device" : "on the host");
+    EngineOptions options = CacheOn();
+    options.prefix_cache.on_device = on_device;
+    std::unique_ptr<Engine> cached = MakeEngine(options);
+    for (bool sampled : {false, true}) {
+      SCOPED_TRACE(sampled ? "sampled" : "greedy");
+      const Collected expected = RunToEnd(*cold, Request("c", prompt, 24, sampled));
+      const Collected first = RunToEnd(*cached, Request("a", prompt, 24, sampled));
+      const Collected second = RunToEnd(*cached, Request("b", prompt, 24, sampled));
+      EXPECT_EQ(Tokens(first), Tokens(expected));
+      EXPECT_EQ(Tokens(second), Tokens(expected));
+      EXPECT_EQ(second.summary.cached_prompt_tokens, 70);
+      EXPECT_EQ(second.summary.prompt_tokens, 70);
+    }
+    const PrefixCacheStats stats = cached->Stats().prefix_cache;
+    EXPECT_EQ(stats.entries, 5);  // 16, 32, 48, 64 and the end
+    EXPECT_GE(stats.hits, 2);
   }
-  const PrefixCacheStats stats = cached->Stats().prefix_cache;
-  EXPECT_EQ(stats.entries, 5);  // 16, 32, 48, 64 and the end
-  EXPECT_GE(stats.hits, 2);
   EXPECT_EQ(cold->Stats().prefix_cache.queries, 0);
 }
 
