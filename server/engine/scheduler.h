@@ -11,14 +11,13 @@
 //      same size and of max_prefills_per_step forwards (at least one chunk
 //      per iteration, so a prompt always progresses; the Batchable chunks
 //      of one length are one forward where batched_prefill_is_one_forward):
-//      first the next chunk
-//      of prompts already being prefilled, in admission order, then waiting
-//      requests by priority (FIFO among equals) while slots are free; their
-//      first chunk comes with the slot. Chunk boundaries are multiples of
-//      prefill_chunk_tokens counted from where the prompt starts (or
-//      resumes: a cached prefix ends on such a boundary), never of the
-//      budget left, so a request's tokens do not depend on what it is
-//      batched with.
+//      first the next chunk of prompts already being prefilled, in
+//      admission order, then waiting requests by priority (FIFO among
+//      equals) while slots are free; their first chunk comes with the
+//      slot. Chunk boundaries are multiples of prefill_chunk_tokens counted
+//      from where the prompt starts (or resumes: a cached prefix ends on
+//      such a boundary), never of the budget left, so a request's tokens do
+//      not depend on what it is batched with.
 // After the prefills, DecodeBatch() is every sequence that has a sampled
 // token to feed; Retire() removes the finished ones.
 //
