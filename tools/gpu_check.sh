@@ -6,7 +6,8 @@
 # (twice with one prompt: the second resumes from the prefix cache's state,
 # in host memory, then in device memory), the whole-model decode benchmark,
 # the kernel benchmark with flash-linear-attention's prefill timed beside
-# ours, the unit tests and compute-sanitizer memcheck.
+# ours, performer-pytorch's forward and generation on the bench model, the
+# unit tests and compute-sanitizer memcheck.
 #
 #   bash tools/gpu_check.sh [kernels|serve|all]   (default: all)
 #
@@ -194,6 +195,11 @@ if $all && [ -d third_party/fla ] && time_left 90 "FLA prefill"; then
   step fla_prefill env -u LD_LIBRARY_PATH timeout 240 python3 bench/fla_prefill_bench.py \
     third_party
   cat "$logs/fla_prefill.log"
+fi
+if $all && [ -d third_party/performer_pytorch_root ] && time_left 90 "performer-pytorch"; then
+  step performer_pytorch env -u LD_LIBRARY_PATH timeout 240 python3 \
+    bench/performer_pytorch_bench.py third_party/performer_pytorch_root
+  grep -v "^unable to import" "$logs/performer_pytorch.log"
 fi
 if $all && [ "$core" = ON ] && time_left 120 "all unit tests"; then
   gtest_until_done unit build-gpu/tests/performer_unit_tests

@@ -4,7 +4,7 @@
 # and none of our other dependencies (docs/gpu.md). Run on the Debian 12
 # development machine, from anywhere:
 #
-#   bash tools/gpu_third_party.sh [--fla DIR]
+#   bash tools/gpu_third_party.sh [--fla DIR] [--performer-pytorch DIR]
 #
 #   third_party/googletest   GoogleTest's sources (built there)
 #   third_party/nlohmann     nlohmann/json's header
@@ -17,14 +17,22 @@
 #   third_party/fla          with --fla DIR: the fla/ package of a checkout of
 #                            flash-linear-attention (pure Python and Triton),
 #                            for bench/fla_prefill_bench.py
+#   third_party/performer_pytorch_root
+#                            with --performer-pytorch DIR: the packages
+#                            performer_pytorch, einops, local_attention and
+#                            axial_positional_embedding (pure Python), which
+#                            DIR holds side by side, for
+#                            bench/performer_pytorch_bench.py
 # About 50 MB; a device call carries it with the working tree (64 MiB in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fla=""
+reference=""
 while [ $# -gt 0 ]; do
   case $1 in
     --fla) fla=$2; shift 2 ;;
-    *) echo "usage: $0 [--fla DIR]" >&2; exit 2 ;;
+    --performer-pytorch) reference=$2; shift 2 ;;
+    *) echo "usage: $0 [--fla DIR] [--performer-pytorch DIR]" >&2; exit 2 ;;
   esac
 done
 
@@ -112,6 +120,20 @@ if [ -n "$fla" ]; then
   cp "$fla/fla/__init__.py" "$out/fla/"  # read for its version only
   cp "$fla/LICENSE" "$out/fla/" 2>/dev/null || true
   find "$out/fla" -name __pycache__ -prune -exec rm -rf {} +
+fi
+if [ -n "$reference" ]; then
+  reference_packages=(performer_pytorch einops local_attention axial_positional_embedding)
+  for package in "${reference_packages[@]}"; do
+    if [ ! -f "$reference/$package/__init__.py" ]; then
+      echo "$reference has no $package/ package" >&2
+      exit 2
+    fi
+  done
+  mkdir -p "$out/performer_pytorch_root"
+  for package in "${reference_packages[@]}"; do
+    cp -r "$reference/$package" "$out/performer_pytorch_root/"
+  done
+  find "$out/performer_pytorch_root" -name __pycache__ -prune -exec rm -rf {} +
 fi
 # gRPC's CMake package finds RE2 by its CMake package, else by pkg-config,
 # which the GPU machine may lack; Debian's libre2-dev ships neither, so the
