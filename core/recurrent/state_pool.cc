@@ -94,28 +94,16 @@ void StatePool::ResetRows(int64_t start, int64_t count) {
 }
 
 StateSnapshot StatePool::Read(int64_t slot) const {
-  // The row's tensors (all of the pool's one dtype) gathered into one new
-  // buffer on the pool's device, of which the snapshot's tensors are views:
-  // one copy, and on a GPU no wait for the device.
-  std::vector<torch::Tensor> flat;
+  // The row as views of the pool, then copied on the pool's device (on a
+  // GPU, without waiting for it).
+  StateSnapshot row;
+  row.position = positions_[slot].item<int64_t>();
   for (const std::vector<torch::Tensor>& tensors : layers_) {
-    for (const torch::Tensor& t : tensors) flat.push_back(t[slot].reshape({-1}));
+    std::vector<torch::Tensor> views;
+    for (const torch::Tensor& t : tensors) views.push_back(t[slot]);
+    row.layers.push_back(std::move(views));
   }
-  torch::Tensor buffer;
-  if (!flat.empty()) buffer = torch::cat(flat);
-  StateSnapshot snapshot;
-  snapshot.position = positions_[slot].item<int64_t>();
-  int64_t offset = 0;
-  for (const std::vector<torch::Tensor>& tensors : layers_) {
-    std::vector<torch::Tensor> row;
-    for (const torch::Tensor& t : tensors) {
-      const int64_t n = t[slot].numel();
-      row.push_back(buffer.narrow(0, offset, n).view(t.sizes().slice(1)));
-      offset += n;
-    }
-    snapshot.layers.push_back(std::move(row));
-  }
-  return snapshot;
+  return row.CopyTo(positions_.device());
 }
 
 absl::Status StatePool::CheckLayout(const StateSnapshot& snapshot) const {

@@ -12,30 +12,35 @@ int64_t StateSnapshot::bytes() const {
   return total;
 }
 
-StateSnapshot StateSnapshot::OnHost() const {
+StateSnapshot StateSnapshot::CopyTo(const torch::Device& device) const {
   std::vector<torch::Tensor> flat;
-  bool on_host = true;
   for (const std::vector<torch::Tensor>& tensors : layers) {
-    for (const torch::Tensor& t : tensors) {
-      on_host = on_host && t.is_cpu();
-      flat.push_back(t.reshape({-1}));
-    }
+    for (const torch::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
   }
-  if (on_host) return *this;
-  // The pool keeps every tensor in one dtype, so one buffer holds them all.
-  const torch::Tensor host = torch::cat(flat).to(torch::kCPU);
+  // cat makes the copy; `to` moves it when it was made on another device.
+  torch::Tensor buffer;
+  if (!flat.empty()) buffer = torch::cat(flat).to(device);
   StateSnapshot out;
   out.position = position;
   int64_t offset = 0;
   for (const std::vector<torch::Tensor>& tensors : layers) {
     std::vector<torch::Tensor> row;
     for (const torch::Tensor& t : tensors) {
-      row.push_back(host.narrow(0, offset, t.numel()).view(t.sizes()));
+      row.push_back(buffer.narrow(0, offset, t.numel()).view(t.sizes()));
       offset += t.numel();
     }
     out.layers.push_back(std::move(row));
   }
   return out;
+}
+
+StateSnapshot StateSnapshot::OnHost() const {
+  for (const std::vector<torch::Tensor>& tensors : layers) {
+    for (const torch::Tensor& t : tensors) {
+      if (!t.is_cpu()) return CopyTo(torch::kCPU);
+    }
+  }
+  return *this;
 }
 
 }  // namespace performer

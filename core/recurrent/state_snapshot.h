@@ -22,9 +22,12 @@ struct StateSnapshot {
 
   // Bytes of the tensors (and the position).
   int64_t bytes() const;
-  // The same state with every tensor on the host, copied out in one
-  // transfer (from a GPU, a copy per tensor would wait for the device once
-  // per tensor); a snapshot already there is returned as it is.
+  // A copy of the state on `device`: every tensor (all of one dtype, the
+  // pool's) gathered into one new buffer there, of which the copy's tensors
+  // are views. One copy and one transfer: from a GPU, a copy per tensor
+  // would wait for the device once per tensor.
+  StateSnapshot CopyTo(const torch::Device& device) const;
+  // CopyTo the host; a snapshot already there is returned as it is.
   StateSnapshot OnHost() const;
 };
 

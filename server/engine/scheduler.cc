@@ -128,19 +128,19 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   const int64_t chunk_tokens = options_.prefill_chunk_tokens;
   int64_t budget = chunk_tokens;
   int64_t forwards = 0;
-  std::set<size_t> batched_lengths;  // of the Batchable chunks planned
+  std::set<int64_t> batched_lengths;  // of the Batchable chunks planned
   // Adds `chunk` to the plan if it fits the budget (the first always does).
   const auto add = [&](const PrefillChunk& chunk) {
     const auto tokens = static_cast<int64_t>(chunk.end - chunk.begin);
     const bool joins = options_.batched_prefill_is_one_forward && chunk.Batchable() &&
-                       batched_lengths.count(chunk.end - chunk.begin) > 0;
+                       batched_lengths.count(tokens) > 0;
     if (!plan.prefills.empty() &&
         (tokens > budget || (!joins && forwards >= options_.max_prefills_per_step))) {
       return false;
     }
     budget -= tokens;
     if (!joins) ++forwards;
-    if (chunk.Batchable()) batched_lengths.insert(chunk.end - chunk.begin);
+    if (chunk.Batchable()) batched_lengths.insert(tokens);
     plan.prefills.push_back(chunk);
     return true;
   };
