@@ -98,8 +98,10 @@ StateSnapshot StatePool::Read(int64_t slot) const {
   // GPU, without waiting for it).
   StateSnapshot row;
   row.position = positions_[slot].item<int64_t>();
+  row.layers.reserve(layers_.size());
   for (const std::vector<torch::Tensor>& tensors : layers_) {
     std::vector<torch::Tensor> views;
+    views.reserve(tensors.size());
     for (const torch::Tensor& t : tensors) views.push_back(t[slot]);
     row.layers.push_back(std::move(views));
   }
