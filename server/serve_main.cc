@@ -110,13 +110,13 @@ ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
 ABSL_FLAG(int64_t, max_prefills_per_step, 4,
           "Prefill forwards per engine step (each passes over the weights once).");
 ABSL_FLAG(int64_t, prefix_cache_bytes, int64_t{256} << 20,
-          "Per model: host memory for the prefix-state cache (the state after prompt prefixes, "
+          "Per model: memory for the prefix-state cache (the state after prompt prefixes, "
           "reused by later prompts that start the same way); 0 turns it off. Separate from "
           "--state_memory_bytes: a full cache evicts, it never refuses a request.");
-ABSL_FLAG(bool, prefix_cache_on_device, false,
-          "Keep the prefix-state cache in the model's device memory instead of host memory "
-          "(--prefix_cache_bytes then counts device memory): on a GPU a device copy per prompt "
-          "instead of a transfer that waits for the device.");
+ABSL_FLAG(bool, prefix_cache_on_device, true,
+          "Keep the prefix-state cache in the model's device memory, which --prefix_cache_bytes "
+          "then counts: on a GPU a device copy per cached prompt. false keeps it in host memory "
+          "(on a GPU a transfer per prompt that waits for the device). On a CPU the same memory.");
 ABSL_FLAG(int64_t, prefix_cache_interval_tokens, 0,
           "Inside long prompts, keep a prefix state every this many tokens (a multiple of "
           "--prefill_chunk_tokens; 0 = the chunk size). Prompt ends are always kept.");

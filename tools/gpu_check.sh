@@ -2,9 +2,9 @@
 # Builds and runs, on the GPU machine, everything that needs a GPU
 # (docs/gpu.md): the CUDA kernel tests, the fixture-parity suite (its CUDA
 # cases included), performer-serve --device=cuda driven over gRPC by
-# serve_bench (also with --prefix_cache_on_device) and by the Python client
-# (twice with one prompt: the second resumes from the prefix cache's state,
-# in host memory, then in device memory), the whole-model decode benchmark,
+# serve_bench (also with the prefix cache in host memory) and by the Python
+# client (twice with one prompt: the second resumes from the prefix cache's
+# state, in device memory, then in host memory), the whole-model decode benchmark,
 # the kernel benchmark with flash-linear-attention's prefill timed beside
 # ours, performer-pytorch's forward and generation on the bench model, the
 # unit tests and compute-sanitizer memcheck.
@@ -168,16 +168,16 @@ if [ "$core" = ON ]; then
       --server_binary=build-gpu/server/performer-serve
     grep -E "^\||^- " "$logs/serve_bench.log"
   fi
-  if time_left 60 "serve_bench, the prefix cache on the device"; then
-    step serve_bench_cache_on_device "$(bin serve_bench)" --device=cuda \
+  if time_left 60 "serve_bench, the prefix cache in host memory"; then
+    step serve_bench_cache_on_host "$(bin serve_bench)" --device=cuda \
       --concurrency=64,256 --requests_per_stream=2 --max_new_tokens=128 --client_cpus=8 \
       --engine=false --decoder=false --server_binary=build-gpu/server/performer-serve \
-      --server_flags=--prefix_cache_on_device
-    grep -E "^\| [0-9]" "$logs/serve_bench_cache_on_device.log"
+      --server_flags=--prefix_cache_on_device=false
+    grep -E "^\| [0-9]" "$logs/serve_bench_cache_on_host.log"
   fi
   if time_left 60 "Python client against performer-serve --device=cuda"; then
-    python_twice python_host
-    python_twice python_device --prefix_cache_on_device
+    python_twice python_device
+    python_twice python_host --prefix_cache_on_device=false
   fi
   if $all && time_left 60 "unit tests of the CUDA paths"; then
     gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'

@@ -16,11 +16,11 @@ namespace performer::server {
 struct PrefixCacheOptions {
   int64_t max_bytes = 0;          // 0: off
   int64_t interval_tokens = 512;  // a multiple of the engine's prefill chunk
-  // Keep the states on the model's device rather than in host memory: on a
-  // GPU a device copy per cached prompt instead of a transfer that waits
-  // for the device (docs/gpu.md#serving), with max_bytes then counting
-  // device memory.
-  bool on_device = false;
+  // Keep the states on the model's device (max_bytes then counts device
+  // memory): on a GPU a device copy per cached prompt instead of a transfer
+  // to the host that waits for the device (docs/gpu.md#serving). false keeps
+  // them in host memory. On a CPU the two are the same memory.
+  bool on_device = true;
 };
 
 struct PrefixCacheStats {

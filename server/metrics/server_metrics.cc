@@ -164,8 +164,10 @@ const std::array<StateReuseMetric, 11> kStateReuseMetrics = {{
      MetricType::Counter, [](const EngineStats& s) { return s.prefix_cache.evictions; }},
     {"performer_prefix_cache_entries", "Prefix states in the cache", MetricType::Gauge,
      [](const EngineStats& s) { return s.prefix_cache.entries; }},
-    {"performer_prefix_cache_bytes", "Host memory of the prefix-state cache", MetricType::Gauge,
-     [](const EngineStats& s) { return s.prefix_cache.bytes; }},
+    {"performer_prefix_cache_bytes",
+     "Memory of the prefix-state cache (on the model's device unless "
+     "--prefix_cache_on_device=false)",
+     MetricType::Gauge, [](const EngineStats& s) { return s.prefix_cache.bytes; }},
     {"performer_sessions", "Sessions held in memory", MetricType::Gauge,
      [](const EngineStats& s) { return s.sessions.sessions; }},
     {"performer_session_bytes", "Host memory of the sessions held in memory", MetricType::Gauge,

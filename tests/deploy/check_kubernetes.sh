@@ -851,15 +851,18 @@ def check_objects(label, objects, image):
             errors.append(f"--model_repository={repository}: neither the image's copy of models/ "
                           f"({image['model_copies']}) nor a mounted volume")
         models, weights = [None], 0  # unknown: at least one model
-    # Per model: the state pool (in GPU memory with --device=cuda), the
-    # prefix-state cache and the idle sessions (host memory).
-    state = ((0 if cuda else int(value("state_memory_bytes"))) + int(value("prefix_cache_bytes")) +
-             int(value("session_bytes")))
+    # Per model: the state pool and the prefix-state cache (in GPU memory
+    # with --device=cuda, unless --prefix_cache_on_device=false) and the idle
+    # sessions (host memory).
+    cache_on_gpu = cuda and str(value("prefix_cache_on_device")).lower() not in ("false", "0", "no")
+    state = ((0 if cuda else int(value("state_memory_bytes"))) +
+             (0 if cache_on_gpu else int(value("prefix_cache_bytes"))) + int(value("session_bytes")))
     limit = resources.get("limits", {}).get("memory")
     needed_bytes = len(models) * state + weights + MEMORY_HEADROOM
     if limit is not None and quantity(limit) < needed_bytes:
         errors.append(f"limits.memory {limit} = {quantity(limit) / 2**20:.0f} MiB < {len(models)} "
-                      f"model(s) x ({'' if cuda else '--state_memory_bytes + '}--prefix_cache_bytes + "
+                      f"model(s) x ({'' if cuda else '--state_memory_bytes + '}"
+                      f"{'' if cache_on_gpu else '--prefix_cache_bytes + '}"
                       f"--session_bytes) {state / 2**20:.0f} MiB + weights "
                       f"{weights / 2**20:.0f} MiB + {MEMORY_HEADROOM >> 20} MiB headroom")
     check(errors, f"{label}: resources, memory limit vs state pools, prefix cache and sessions",
