@@ -692,8 +692,15 @@ def check_objects(label, objects, image):
     values = {}
     for arg in image_flags + resolved_args + flagfile_flags:
         parsed = parse_flag(arg)
-        if parsed and parsed[1] is not None and parsed[0] != "flagfile":
-            values[parsed[0]] = parsed[1]
+        if not parsed or parsed[0] == "flagfile":
+            continue
+        name, flag_value = parsed
+        if flag_value is not None:
+            values[name] = flag_value
+        elif FLAGS.get(name) in ("true", "false"):  # absl's bare boolean: --name
+            values[name] = "true"
+        elif name.startswith("no") and FLAGS.get(name[2:]) in ("true", "false"):  # --noname
+            values[name[2:]] = "false"
     value = lambda name: values.get(name, FLAGS[name])
     port, metrics_port = int(value("port")), int(value("metrics_port"))
     say(f"{label}: performer-serve --only_check_args accepts them "
@@ -854,7 +861,7 @@ def check_objects(label, objects, image):
     # Per model: the state pool and the prefix-state cache (in GPU memory
     # with --device=cuda, unless --prefix_cache_on_device=false) and the idle
     # sessions (host memory).
-    cache_on_gpu = cuda and str(value("prefix_cache_on_device")).lower() not in ("false", "0", "no")
+    cache_on_gpu = cuda and str(value("prefix_cache_on_device")).lower() not in ("false", "0")
     state = ((0 if cuda else int(value("state_memory_bytes"))) +
              (0 if cache_on_gpu else int(value("prefix_cache_bytes"))) + int(value("session_bytes")))
     limit = resources.get("limits", {}).get("memory")
