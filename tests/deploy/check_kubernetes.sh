@@ -861,7 +861,9 @@ def check_objects(label, objects, image):
     # Per model: the state pool and the prefix-state cache (in GPU memory
     # with --device=cuda, unless --prefix_cache_on_device=false) and the idle
     # sessions (host memory).
-    cache_on_gpu = cuda and str(value("prefix_cache_on_device")).lower() not in ("false", "0")
+    # absl's spellings of false (case-insensitive).
+    cache_on_gpu = cuda and str(value("prefix_cache_on_device")).lower() not in (
+        "false", "f", "no", "n", "0")
     state = ((0 if cuda else int(value("state_memory_bytes"))) +
              (0 if cache_on_gpu else int(value("prefix_cache_bytes"))) + int(value("session_bytes")))
     limit = resources.get("limits", {}).get("memory")
