@@ -15,8 +15,7 @@
 // in y itself (the warp owns its slice). Broadcast runs one thread per
 // output element. Returns a CUDA error string or nullptr.
 //
-// Status: called by kernels/aggregate.cc for CUDA tensors (inference);
-// compiled by CI (nvcc); its CUDA tests have not run on a GPU (docs/gpu.md).
+// Called by kernels/aggregate.cc for CUDA tensors (inference).
 #pragma once
 
 #include <cstdint>

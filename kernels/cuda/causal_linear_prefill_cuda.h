@@ -31,7 +31,7 @@
 // input dtype as tensor-core operands, S itself stays float32. float32: C = 32,
 // plain float32 FMAs (SIMT), no rounding beyond float32.
 // Shared memory grows with M (about 2 C M elements for Qc, Kc plus 4-6 bytes
-// per state element): M up to about 512 fits on an H100 (227 KB per block);
+// per state element): M up to about 512 fits in sm_90's 227 KB per block;
 // larger M returns an error. Returns a CUDA error string or nullptr.
 //
 // The workspace holds (batch_heads, segments, M, E) float32 states: at least

@@ -18,11 +18,10 @@
 // atomics, the threads split the clusters for the majority vote, and thread
 // 0 draws the replacements of the empty clusters in order. Shared memory:
 // C * (12 + 4 * bits) bytes + 2.5 KB of generator state, so C up to ~850 at
-// 63 bits on an H100; more returns an error. Returns a CUDA error string or
-// nullptr.
+// 63 bits in sm_90's 227 KB per block; more returns an error. Returns a
+// CUDA error string or nullptr.
 //
-// Status: called by kernels/clustering.cc for CUDA tensors; run on an H100,
-// where its CUDA tests and compute-sanitizer memcheck pass (docs/gpu.md).
+// Called by kernels/clustering.cc for CUDA tensors.
 #pragma once
 
 #include <cstdint>

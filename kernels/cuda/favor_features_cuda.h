@@ -18,8 +18,7 @@
 // null for the generalized map. Three launches on one stream. Returns a CUDA
 // error string or nullptr.
 //
-// Status: called by kernels/favor_features.cc for CUDA tensors; run on an H100,
-// where its CUDA tests and compute-sanitizer memcheck pass (docs/gpu.md).
+// Called by kernels/favor_features.cc for CUDA tensors.
 #pragma once
 
 #include <cstdint>

@@ -15,8 +15,7 @@
 // __ballot_sync. The planes are staged in shared memory when they fit in
 // 48 KB. Returns a CUDA error string or nullptr.
 //
-// Status: called by kernels/hashing.cc for CUDA tensors; run on an H100,
-// where its CUDA tests and compute-sanitizer memcheck pass (docs/gpu.md).
+// Called by kernels/hashing.cc for CUDA tensors.
 #pragma once
 
 #include <cstdint>

@@ -14,8 +14,7 @@
 // kv is a caller-provided workspace of batch_heads * M * (E + 1) floats.
 // Returns a CUDA error string or nullptr.
 //
-// Status: called by kernels/linear_attention.cc for CUDA tensors; run on an H100,
-// where its CUDA tests and compute-sanitizer memcheck pass (docs/gpu.md).
+// Called by kernels/linear_attention.cc for CUDA tensors.
 #pragma once
 
 #include <cstdint>

@@ -126,7 +126,7 @@ __device__ void WriteOutput(const LinearStateStepArgs& a, int64_t r, int64_t slo
 // Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
 // (blockDim.x) | scalars.
 // 56 registers: four blocks per SM (50% occupancy). Forcing six (40
-// registers, a few spilled) measured slower on the H100 (docs/gpu.md).
+// registers, a few spilled) is slower on sm_90.
 __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   extern __shared__ float shared[];
   const int m = static_cast<int>(a.features);

@@ -26,8 +26,7 @@
 // Slots must be distinct (rows run concurrently).
 // Returns a CUDA error string or nullptr.
 //
-// Status: called by kernels/linear_state_step.cc for CUDA tensors; compiled
-// by CI (nvcc), run and measured on an H100 (docs/gpu.md).
+// Called by kernels/linear_state_step.cc for CUDA tensors.
 #pragma once
 
 #include <cstdint>
@@ -75,8 +74,7 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
 // == 0, E + 1 small enough) and how many zeroed workspace floats the call
 // needs; the caller passes that plan and that workspace (zeros, on the
 // state's device), or null when workspace_floats is 0. device: the CUDA
-// device the state is on (its SM count sets the split). Its CUDA tests have
-// not run on a GPU (docs/gpu.md).
+// device the state is on (its SM count sets the split).
 VectorStepPlan VectorStepPlanFor(const LinearStateStepArgs& args, int device);
 const char* LinearStateStepVectorForward(const LinearStateStepArgs& args,
                                          const VectorStepPlan& plan, float* workspace,

@@ -16,8 +16,7 @@
 // slots (coalesced value rows, A broadcast). Returns a CUDA error string or
 // nullptr.
 //
-// Status: called by kernels/local_product.cc for CUDA tensors (inference); run on an H100,
-// where its CUDA tests and compute-sanitizer memcheck pass (docs/gpu.md).
+// Called by kernels/local_product.cc for CUDA tensors (inference).
 #pragma once
 
 #include <cstdint>

@@ -16,8 +16,7 @@
 // (coalesced value rows, the weight broadcast). Returns a CUDA error string
 // or nullptr.
 //
-// Status: called by kernels/sparse_product.cc for CUDA tensors (inference);
-// compiled by CI (nvcc); its CUDA tests have not run on a GPU (docs/gpu.md).
+// Called by kernels/sparse_product.cc for CUDA tensors (inference).
 #pragma once
 
 #include <cstdint>
