@@ -23,7 +23,7 @@ models::PerformerLMConfig BenchConfig(int64_t max_seq_len) {
 
 models::LoadedModel BenchModel(const models::PerformerLMConfig& config) {
   models::LoadedModel m;
-  m.model_class = "PerformerLM";
+  m.model_class = models::ModelClass::kPerformerLM;
   m.lm = models::PerformerLM(config);
   torch::NoGradGuard no_grad;
   torch::manual_seed(0);

@@ -7,26 +7,32 @@
 namespace performer::decoding {
 namespace {
 
-bool DecodesWithPerformerDecoder(const models::LoadedModel& model) {
-  return (model.model_class == "PerformerLM" && model.lm->config().causal) ||
-         model.model_class == "PerformerEncDec";
+absl::Status DoesNotDecode(const models::LoadedModel& model) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("model_class ", models::ModelClassName(model.model_class), " does not decode"));
 }
 
 }  // namespace
 
 absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model) {
-  if (DecodesWithPerformerDecoder(model)) return PerformerDecoder::StateBytesPerSequence(model);
-  if (model.model_class == "FastTransformersLM") {
-    return FastTransformersDecoder::StateBytesPerSequence(model);
+  switch (model.model_class) {
+    case models::ModelClass::kPerformerLM:
+      if (!model.lm->config().causal) return DoesNotDecode(model);
+      return PerformerDecoder::StateBytesPerSequence(model);
+    case models::ModelClass::kPerformerEncDec:
+      return PerformerDecoder::StateBytesPerSequence(model);
+    case models::ModelClass::kFastTransformersLM:
+      return FastTransformersDecoder::StateBytesPerSequence(model);
+    case models::ModelClass::kFastAttention:
+      return DoesNotDecode(model);
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("model_class ", model.model_class, " does not decode"));
+  return DoesNotDecode(model);
 }
 
 absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(models::LoadedModel model,
                                                                int64_t capacity,
                                                                absl::Status* warnings) {
-  if (model.model_class == "FastTransformersLM") {
+  if (model.model_class == models::ModelClass::kFastTransformersLM) {
     absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> decoder =
         FastTransformersDecoder::Create(std::move(model), capacity);
     if (!decoder.ok()) return decoder.status();

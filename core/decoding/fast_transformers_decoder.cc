@@ -8,9 +8,10 @@ namespace performer::decoding {
 namespace {
 
 absl::Status CheckDecodable(const models::LoadedModel& model) {
-  if (model.model_class != "FastTransformersLM" || !model.ftlm) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model_class ", model.model_class, " cannot decode with FastTransformersDecoder"));
+  if (model.model_class != models::ModelClass::kFastTransformersLM || !model.ftlm) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model_class ", models::ModelClassName(model.model_class),
+                     " cannot decode with FastTransformersDecoder"));
   }
   if (std::string missing = model.ftlm->SlotFormMissing(); !missing.empty()) {
     return absl::FailedPreconditionError(
@@ -31,7 +32,7 @@ absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder
   c10::InferenceMode guard;
   StatePool pool(model.ftlm->SlotStateSpecs(), capacity, torch::TensorOptions().device(device));
   DecoderInfo info;
-  info.model_class = model.model_class;
+  info.model_class = std::string(models::ModelClassName(model.model_class));
   info.vocab_size = model.ftlm->config().num_tokens;
   info.max_seq_len = model.ftlm->config().max_seq_len;
   info.capacity = capacity;

@@ -11,24 +11,30 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
     models::LoadedModel model, int64_t capacity, const PerformerDecoderOptions& options) {
   if (capacity < 1) return absl::InvalidArgumentError("decoder capacity must be at least 1");
   DecoderInfo info;
-  info.model_class = model.model_class;
+  info.model_class = std::string(models::ModelClassName(model.model_class));
   info.capacity = capacity;
   models::PerformerLM decoder{nullptr};
-  if (model.model_class == "PerformerLM") {
-    if (!model.lm->config().causal) {
-      return absl::FailedPreconditionError(
-          "model is bidirectional (causal=false): incremental decoding needs a causal PerformerLM");
+  switch (model.model_class) {
+    case models::ModelClass::kPerformerLM:
+      if (!model.lm->config().causal) {
+        return absl::FailedPreconditionError(
+            "model is bidirectional (causal=false): incremental decoding needs a causal "
+            "PerformerLM");
+      }
+      decoder = model.lm;
+      break;
+    case models::ModelClass::kPerformerEncDec: {
+      decoder = model.encdec->decoder();
+      const models::PerformerLMConfig& enc = model.encdec->config().enc;
+      info.needs_source = true;
+      info.source_vocab_size = enc.num_tokens;
+      info.max_source_len = enc.position_limit();
+      break;
     }
-    decoder = model.lm;
-  } else if (model.model_class == "PerformerEncDec") {
-    decoder = model.encdec->decoder();
-    const models::PerformerLMConfig& enc = model.encdec->config().enc;
-    info.needs_source = true;
-    info.source_vocab_size = enc.num_tokens;
-    info.max_source_len = enc.position_limit();
-  } else {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model_class ", model.model_class, " cannot decode with PerformerDecoder"));
+    case models::ModelClass::kFastTransformersLM:
+    case models::ModelClass::kFastAttention:
+      return absl::FailedPreconditionError(
+          absl::StrCat("model_class ", info.model_class, " cannot decode with PerformerDecoder"));
   }
   // Outside InferenceMode: the model's full forward (prefill, or a caller's
   // own forward with autograd) also reads the prepared rotary tables.
@@ -43,7 +49,8 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
 
 int64_t PerformerDecoder::StateBytesPerSequence(const models::LoadedModel& model) {
   models::PerformerEncDec encdec = model.encdec;
-  models::PerformerLM lm = model.model_class == "PerformerEncDec" ? encdec->decoder() : model.lm;
+  models::PerformerLM lm =
+      model.model_class == models::ModelClass::kPerformerEncDec ? encdec->decoder() : model.lm;
   c10::InferenceMode guard;
   return lm->AllocateState(1).BytesPerSequence();
 }

@@ -30,7 +30,7 @@ namespace performer::decoding {
 using SequenceId = uint64_t;
 
 struct DecoderInfo {
-  std::string model_class;
+  std::string model_class;  // the model class's name (models::ModelClassName), for messages
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;    // positions 0 .. max_seq_len-1 can be fed
   bool needs_source = false;  // encoder-decoder: Prefill needs a source

@@ -95,11 +95,15 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   auto cls = model.config.find("model_class");
   if (cls == model.config.end() || !cls->is_string()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(config_path,
-                     ": missing \"model_class\" (PerformerLM, PerformerEncDec, FastTransformersLM "
-                     "or FastAttention)"));
+        absl::StrCat(config_path, ": missing \"model_class\" (", ModelClassNames(), ")"));
   }
-  model.model_class = cls->get<std::string>();
+  const std::optional<ModelClass> model_class = ParseModelClass(cls->get<std::string>());
+  if (!model_class.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(config_path, ": unknown model_class \"",
+                                                   cls->get<std::string>(), "\" (",
+                                                   ModelClassNames(), ")"));
+  }
+  model.model_class = *model_class;
   auto fits = [&](uint64_t elements) {
     return CheckWeightsCanHold(config_path, weights_path, *weights_bytes, elements);
   };
@@ -107,38 +111,43 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {
   // The checks above bound what is allocated; an allocation can still fail
   // (memory is short), which is an error for this folder, not a crash.
   try {
-    if (model.model_class == "PerformerLM") {
-      absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(model.config);
-      if (!c.ok()) return Annotate(c.status(), config_path);
-      if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
-      model.lm = PerformerLM(*c);
-      module = model.lm.ptr();
-    } else if (model.model_class == "PerformerEncDec") {
-      absl::StatusOr<PerformerEncDecConfig> c = ParsePerformerEncDecConfig(model.config);
-      if (!c.ok()) return Annotate(c.status(), config_path);
-      if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
-      model.encdec = PerformerEncDec(*c);
-      module = model.encdec.ptr();
-    } else if (model.model_class == "FastTransformersLM") {
-      absl::StatusOr<FastTransformersLMConfig> c = ParseFastTransformersLMConfig(model.config);
-      if (!c.ok()) return Annotate(c.status(), config_path);
-      absl::StatusOr<uint64_t> elements = MinimumParameterElements(*c);
-      if (!elements.ok()) return Annotate(elements.status(), config_path);
-      if (absl::Status s = fits(*elements); !s.ok()) return s;
-      absl::StatusOr<FastTransformersLM> ftlm = FastTransformersLMImpl::Create(*c);
-      if (!ftlm.ok()) return Annotate(ftlm.status(), config_path);
-      model.ftlm = *std::move(ftlm);
-      module = model.ftlm;
-    } else if (model.model_class == "FastAttention") {
-      absl::StatusOr<FastAttentionConfig> c = ParseFastAttentionConfig(model.config);
-      if (!c.ok()) return Annotate(c.status(), config_path);
-      if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
-      model.fast_attention = FastAttention(*c);
-      module = model.fast_attention.ptr();
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(config_path, ": unknown model_class \"", model.model_class,
-                       "\" (PerformerLM, PerformerEncDec, FastTransformersLM or FastAttention)"));
+    switch (model.model_class) {
+      case ModelClass::kPerformerLM: {
+        absl::StatusOr<PerformerLMConfig> c = ParsePerformerLMConfig(model.config);
+        if (!c.ok()) return Annotate(c.status(), config_path);
+        if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
+        model.lm = PerformerLM(*c);
+        module = model.lm.ptr();
+        break;
+      }
+      case ModelClass::kPerformerEncDec: {
+        absl::StatusOr<PerformerEncDecConfig> c = ParsePerformerEncDecConfig(model.config);
+        if (!c.ok()) return Annotate(c.status(), config_path);
+        if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
+        model.encdec = PerformerEncDec(*c);
+        module = model.encdec.ptr();
+        break;
+      }
+      case ModelClass::kFastTransformersLM: {
+        absl::StatusOr<FastTransformersLMConfig> c = ParseFastTransformersLMConfig(model.config);
+        if (!c.ok()) return Annotate(c.status(), config_path);
+        absl::StatusOr<uint64_t> elements = MinimumParameterElements(*c);
+        if (!elements.ok()) return Annotate(elements.status(), config_path);
+        if (absl::Status s = fits(*elements); !s.ok()) return s;
+        absl::StatusOr<FastTransformersLM> ftlm = FastTransformersLMImpl::Create(*c);
+        if (!ftlm.ok()) return Annotate(ftlm.status(), config_path);
+        model.ftlm = *std::move(ftlm);
+        module = model.ftlm;
+        break;
+      }
+      case ModelClass::kFastAttention: {
+        absl::StatusOr<FastAttentionConfig> c = ParseFastAttentionConfig(model.config);
+        if (!c.ok()) return Annotate(c.status(), config_path);
+        if (absl::Status s = fits(MinimumParameterElements(*c)); !s.ok()) return s;
+        model.fast_attention = FastAttention(*c);
+        module = model.fast_attention.ptr();
+        break;
+      }
     }
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(

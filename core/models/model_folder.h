@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "core/models/fast_attention.h"
 #include "core/models/fast_transformers_lm.h"
+#include "core/models/model_class.h"
 #include "core/models/performer_encdec.h"
 #include "core/models/performer_lm.h"
 
@@ -32,13 +33,14 @@ namespace performer::models {
 
 struct LoadedModel {
   std::string dir;
-  // "PerformerLM", "PerformerEncDec", "FastTransformersLM" or "FastAttention".
-  std::string model_class;
+  // Which one of the four handles below holds the model; the others are
+  // null.
+  ModelClass model_class = ModelClass::kPerformerLM;
   nlohmann::json config;                  // config.json as read
-  PerformerLM lm{nullptr};                // model_class PerformerLM
-  PerformerEncDec encdec{nullptr};        // model_class PerformerEncDec
-  FastTransformersLM ftlm;                // model_class FastTransformersLM
-  FastAttention fast_attention{nullptr};  // model_class FastAttention
+  PerformerLM lm{nullptr};                // kPerformerLM
+  PerformerEncDec encdec{nullptr};        // kPerformerEncDec
+  FastTransformersLM ftlm;                // kFastTransformersLM
+  FastAttention fast_attention{nullptr};  // kFastAttention
 
   // Moves the parameters and buffers of whichever module is held to
   // `device` (dtypes unchanged).

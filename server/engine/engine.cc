@@ -353,95 +353,118 @@ void Engine::Retire(ScheduledSequence& s) {
   output_->Finish(s);
 }
 
-void Engine::RunIteration() {
-  IterationPlan plan = scheduler_->Schedule(absl::Now());
-  for (auto& s : plan.dropped) Retire(*s);
+class Engine::Iteration {
+ public:
+  explicit Iteration(Engine& engine) : engine_(engine) {}
 
-  // Prompt chunks; a sequence whose prompt completes samples its first
-  // token, all of them in one batch.
-  EngineStepStats stats;
-  std::vector<ScheduledSequence*> completed;
-  std::vector<torch::Tensor> completed_logits;
-  // What follows a chunk's forward (`seconds` its share of the time).
-  auto fed = [&](const PrefillChunk& chunk, const absl::StatusOr<torch::Tensor>& logits,
-                 double seconds) {
+  void Run() {
+    IterationPlan plan = engine_.scheduler_->Schedule(absl::Now());
+    for (auto& s : plan.dropped) engine_.Retire(*s);
+    FeedPrompts(plan.prefills);
+    if (!completed_.empty()) stats_.tokens += Emit(*engine_.output_, completed_, completed_logits_);
+    DecodeStep();
+    End();
+  }
+
+ private:
+  // Fresh prompts' first chunks of one length run as one batch (one forward
+  // of several prompts costs less than a forward of each: on a CPU per
+  // token, on a GPU about as much as one); the other chunks one by one, in
+  // the plan's order.
+  void FeedPrompts(const std::vector<PrefillChunk>& prefills) {
+    std::map<size_t, std::vector<const PrefillChunk*>> batches;  // by chunk length
+    for (const PrefillChunk& chunk : prefills) {
+      ScheduledSequence& s = *chunk.sequence;
+      if (s.finished()) continue;
+      if (chunk.first) engine_.output_->Attach(s);
+      if (chunk.Batchable()) {
+        batches[chunk.end - chunk.begin].push_back(&chunk);
+        continue;
+      }
+      const absl::Time start = absl::Now();
+      const absl::StatusOr<torch::Tensor> logits = engine_.runner_->Prefill(chunk);
+      ChunkFed(chunk, logits, Seconds(absl::Now() - start));
+    }
+    for (const auto& [length, chunks] : batches) {
+      const absl::Time start = absl::Now();
+      const std::vector<absl::StatusOr<torch::Tensor>> logits =
+          engine_.runner_->PrefillFirst(chunks);
+      const double share = Seconds(absl::Now() - start) / static_cast<double>(chunks.size());
+      for (size_t i = 0; i < chunks.size(); ++i) ChunkFed(*chunks[i], logits[i], share);
+    }
+  }
+
+  // What follows a chunk's forward (`seconds`: its share of the time); a
+  // prompt that completes joins those that sample their first token.
+  void ChunkFed(const PrefillChunk& chunk, const absl::StatusOr<torch::Tensor>& logits,
+                double seconds) {
     ScheduledSequence& s = *chunk.sequence;
     s.prefill_seconds += seconds;
-    stats.prefill_seconds += seconds;
-    ++stats.prefills;
+    stats_.prefill_seconds += seconds;
+    ++stats_.prefills;
     if (!logits.ok()) {
       s.End(FinishReason::kError, logits.status());
       return;
     }
     s.prompt_fed = chunk.end;
     // A prompt from the start leaves its states in the prefix cache.
-    if (s.history.empty() && s.pending_tokens == 0 &&
-        prefix_cache_->Wants(s.request.prompt, chunk.end)) {
-      absl::StatusOr<StateSnapshot> state = runner_->Snapshot(s);
-      if (state.ok()) {
-        prefix_cache_->Insert(s.request.prompt, chunk.end,
-                              options_.prefix_cache.on_device ? *std::move(state) : state->OnHost(),
-                              *logits);
-      }
-    }
+    if (s.history.empty() && s.pending_tokens == 0) CachePrefix(s, chunk.end, *logits);
     if (!s.prefilling()) {
-      completed.push_back(&s);
-      completed_logits.push_back(*logits);
+      completed_.push_back(&s);
+      completed_logits_.push_back(*logits);
     }
-  };
-  // Fresh prompts' first chunks of one length run as one batch (one
-  // forward of several prompts costs less than a forward of each: on a CPU
-  // per token, on a GPU about as much as one); the other chunks one by one,
-  // in the plan's order.
-  std::map<size_t, std::vector<const PrefillChunk*>> batches;  // by chunk length
-  for (const PrefillChunk& chunk : plan.prefills) {
-    ScheduledSequence& s = *chunk.sequence;
-    if (s.finished()) continue;
-    if (chunk.first) output_->Attach(s);
-    if (chunk.Batchable()) {
-      batches[chunk.end - chunk.begin].push_back(&chunk);
-      continue;
-    }
-    const absl::Time start = absl::Now();
-    const absl::StatusOr<torch::Tensor> logits = runner_->Prefill(chunk);
-    fed(chunk, logits, Seconds(absl::Now() - start));
   }
-  for (const auto& [length, chunks] : batches) {
-    const absl::Time start = absl::Now();
-    const std::vector<absl::StatusOr<torch::Tensor>> logits = runner_->PrefillFirst(chunks);
-    const double share = Seconds(absl::Now() - start) / static_cast<double>(chunks.size());
-    for (size_t i = 0; i < chunks.size(); ++i) fed(*chunks[i], logits[i], share);
+
+  // The state after prompt tokens [0, end), when the cache wants it.
+  void CachePrefix(ScheduledSequence& s, size_t end, const torch::Tensor& logits) {
+    PrefixStateCache& cache = *engine_.prefix_cache_;
+    if (!cache.Wants(s.request.prompt, end)) return;
+    absl::StatusOr<StateSnapshot> state = engine_.runner_->Snapshot(s);
+    if (!state.ok()) return;
+    cache.Insert(s.request.prompt, end,
+                 engine_.options_.prefix_cache.on_device ? *std::move(state) : state->OnHost(),
+                 logits);
   }
-  if (!completed.empty()) stats.tokens += Emit(*output_, completed, completed_logits);
 
   // One batched step over every sequence with a token to feed.
-  const std::vector<ScheduledSequence*> batch = scheduler_->DecodeBatch();
-  if (!batch.empty()) {
+  void DecodeStep() {
+    const std::vector<ScheduledSequence*> batch = engine_.scheduler_->DecodeBatch();
+    if (batch.empty()) return;
+    stepped_ = true;
     const absl::Time start = absl::Now();
-    stats.batch_size = static_cast<int64_t>(batch.size());
-    absl::StatusOr<torch::Tensor> logits = runner_->Step(batch);
-    steps_.fetch_add(1);
+    stats_.batch_size = static_cast<int64_t>(batch.size());
+    absl::StatusOr<torch::Tensor> logits = engine_.runner_->Step(batch);
+    engine_.steps_.fetch_add(1);
     if (!logits.ok()) {
       for (ScheduledSequence* s : batch) s->End(FinishReason::kError, logits.status());
     } else {
-      stats.tokens += Emit(*output_, batch, {*logits});
+      stats_.tokens += Emit(*engine_.output_, batch, {*logits});
     }
-    stats.decode_seconds = Seconds(absl::Now() - start);
+    stats_.decode_seconds = Seconds(absl::Now() - start);
   }
-  generated_tokens_.fetch_add(stats.tokens);
 
-  // The iteration's metrics, and then the retired sequences leaving the
-  // live set and the active count, come before their readers hear of the
-  // end: a client that saw its request finish can reuse the id at once,
-  // GetModel already shows the slot free, and a scrape counts its steps.
-  if (options_.observer != nullptr && (stats.prefills > 0 || stats.batch_size > 0)) {
-    options_.observer->OnStep(stats);
+  // The iteration's metrics, and then the retired sequences leaving the live
+  // set and the active count, come before their readers hear of the end: a
+  // client that saw its request finish can reuse the id at once, GetModel
+  // already shows the slot free, and a scrape counts its steps.
+  void End() {
+    engine_.generated_tokens_.fetch_add(stats_.tokens);
+    const EngineOptions& options = engine_.options_;
+    if (options.observer != nullptr && (stats_.prefills > 0 || stepped_)) {
+      options.observer->OnStep(stats_);
+    }
+    for (auto& s : engine_.scheduler_->Retire()) engine_.Retire(*s);
+    if (options.step_delay > absl::ZeroDuration() && stepped_) absl::SleepFor(options.step_delay);
+    engine_.scheduler_->NoteIterationEnd(absl::Now());
   }
-  for (auto& s : scheduler_->Retire()) Retire(*s);
-  if (options_.step_delay > absl::ZeroDuration() && !batch.empty()) {
-    absl::SleepFor(options_.step_delay);
-  }
-  scheduler_->NoteIterationEnd(absl::Now());
-}
+
+  Engine& engine_;
+  EngineStepStats stats_;
+  std::vector<ScheduledSequence*> completed_;
+  std::vector<torch::Tensor> completed_logits_;
+  bool stepped_ = false;  // a decode step ran
+};
+
+void Engine::RunIteration() { Iteration(*this).Run(); }
 
 }  // namespace performer::server

@@ -149,6 +149,10 @@ class Engine {
   void Stop();
 
  private:
+  // One iteration's steps (engine.cc): the scheduler's plan, the prompt
+  // chunks, the first tokens of the prompts completed, one decode step, the
+  // metrics, the finished sequences retired.
+  class Iteration;
   void Loop();
   void RunIteration();
   // Ends every running sequence with `status` and retires it.

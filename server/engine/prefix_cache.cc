@@ -30,11 +30,12 @@ PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::vector<i
 
 std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& prompt) {
   if (!enabled() || prompt.empty()) return std::nullopt;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++stats_.queries;
   // The whole prompt (an end entry, which has logits), then the longest
   // interval prefix that leaves at least one token to feed.
   auto use = [&](Lru::iterator it) {
+    mu_.AssertHeld();
     lru_.splice(lru_.begin(), lru_, it);
     ++stats_.hits;
     stats_.cached_tokens += static_cast<int64_t>(it->tokens.size());
@@ -54,7 +55,7 @@ bool PrefixStateCache::Wants(const std::vector<int64_t>& prompt, size_t length) 
   if (!enabled() || length == 0 || length > prompt.size()) return false;
   const bool end = length == prompt.size();
   if (!end && length % static_cast<size_t>(options_.interval_tokens) != 0) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = FindLocked(prompt, length);
   // An interval entry at a prompt's end still wants the logits.
   return it == lru_.end() || (end && !it->logits.defined());
@@ -72,7 +73,7 @@ void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
                 (entry.logits.defined() ? entry.logits.numel() * entry.logits.element_size() : 0);
   entry.state = std::make_shared<const StateSnapshot>(std::move(state));
   if (entry.bytes > options_.max_bytes) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = FindLocked(prompt, length); it != lru_.end()) EraseLocked(it);
   stats_.bytes += entry.bytes;
   ++stats_.entries;
@@ -102,7 +103,7 @@ void PrefixStateCache::EvictLocked() {
 }
 
 PrefixCacheStats PrefixStateCache::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -26,11 +26,12 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "core/decoding/sequence_decoder.h"  // StateSnapshot
 #include "server/engine/state_reuse_options.h"
 
@@ -79,15 +80,17 @@ class PrefixStateCache {
 
   // Hash of tokens[0, length) (the key; entries compare their tokens too).
   static uint64_t KeyOf(const std::vector<int64_t>& tokens, size_t length);
-  Lru::iterator FindLocked(const std::vector<int64_t>& prompt, size_t length);
-  void EraseLocked(Lru::iterator entry);
-  void EvictLocked();
+  Lru::iterator FindLocked(const std::vector<int64_t>& prompt, size_t length)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(Lru::iterator entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PrefixCacheOptions options_;
-  mutable std::mutex mu_;
-  Lru lru_;  // most recently used first
-  std::unordered_multimap<uint64_t, Lru::iterator> index_;
-  PrefixCacheStats stats_;
+  // The engine thread looks up and inserts; a metrics scrape reads Stats.
+  mutable absl::Mutex mu_;
+  Lru lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  std::unordered_multimap<uint64_t, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
+  PrefixCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace performer::server

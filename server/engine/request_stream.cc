@@ -6,7 +6,7 @@ namespace performer::server {
 
 bool RequestStream::Append(const StreamChunk& chunk) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (summary_.has_value()) return false;
     const int64_t untaken = static_cast<int64_t>(pending_.token_ids.size());
     if (max_buffered_tokens_ > 0 &&
@@ -24,7 +24,7 @@ bool RequestStream::Append(const StreamChunk& chunk) {
 
 void RequestStream::Finish(StreamSummary summary) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (summary_.has_value()) return;
     summary_ = std::move(summary);
   }
@@ -34,7 +34,7 @@ void RequestStream::Finish(StreamSummary summary) {
 void RequestStream::SetListener(std::function<void()> listener) {
   bool waiting;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     listener_ = std::move(listener);
     waiting = !pending_.empty() || (summary_.has_value() && !summary_taken_);
   }
@@ -42,7 +42,7 @@ void RequestStream::SetListener(std::function<void()> listener) {
 }
 
 RequestStream::Taken RequestStream::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Taken taken;
   taken.chunk = std::move(pending_);
   pending_ = StreamChunk();
@@ -54,24 +54,24 @@ RequestStream::Taken RequestStream::Take() {
 }
 
 bool RequestStream::HasPending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return !pending_.empty() || (summary_.has_value() && !summary_taken_);
 }
 
 void RequestStream::RequestCancel(FinishReason reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (cancel_ == FinishReason::kNone) cancel_ = reason;
 }
 
 FinishReason RequestStream::cancel_reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return cancel_;
 }
 
 void RequestStream::Notify() {
   std::function<void()> listener;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     listener = listener_;
   }
   if (listener) listener();

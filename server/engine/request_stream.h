@@ -7,12 +7,13 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "server/engine/generation_request.h"
 
 namespace performer::server {
@@ -67,12 +68,14 @@ class RequestStream {
   void Notify();
 
   const int64_t max_buffered_tokens_;
-  mutable std::mutex mu_;
-  StreamChunk pending_;
-  std::optional<StreamSummary> summary_;
-  bool summary_taken_ = false;
-  FinishReason cancel_ = FinishReason::kNone;
-  std::function<void()> listener_;
+  // Taken by the engine thread and by the consumer; never held while the
+  // listener runs.
+  mutable absl::Mutex mu_;
+  StreamChunk pending_ ABSL_GUARDED_BY(mu_);
+  std::optional<StreamSummary> summary_ ABSL_GUARDED_BY(mu_);
+  bool summary_taken_ ABSL_GUARDED_BY(mu_) = false;
+  FinishReason cancel_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
+  std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace performer::server

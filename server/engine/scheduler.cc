@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/draining.h"
 
 namespace performer::server {
 
@@ -30,9 +31,9 @@ bool PrefillChunk::Batchable() const {
 Scheduler::Scheduler(SchedulerOptions options) : options_(options) {}
 
 absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (draining_ || stopped_) {
-    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+    return DrainingError();
   }
   const std::string& id = sequence->request.request_id;
   const auto key = std::make_pair(sequence->request.owner, id);
@@ -56,24 +57,22 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
   live_[key] = sequence->stream;
   const int64_t priority = sequence->request.priority;
   queue_.emplace(std::make_pair(-priority, arrivals_++), std::move(sequence));
-  wake_.notify_one();
   return absl::OkStatus();
 }
 
 bool Scheduler::Cancel(const std::string& request_id, const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = live_.find(std::make_pair(owner, request_id));
   if (it == live_.end()) return false;
   it->second->RequestCancel(FinishReason::kCancelled);
   // The id is free from now on (the engine ends the request within an
   // iteration), so a client may reuse it as soon as Cancel returns.
   live_.erase(it);
-  wake_.notify_one();
   return true;
 }
 
 bool Scheduler::CancelAnyOwner(const std::string& request_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   bool cancelled = false;
   for (auto it = live_.begin(); it != live_.end();) {
     if (it->first.second != request_id) {
@@ -84,29 +83,29 @@ bool Scheduler::CancelAnyOwner(const std::string& request_id) {
     it = live_.erase(it);
     cancelled = true;
   }
-  if (cancelled) wake_.notify_one();
   return cancelled;
 }
 
+bool Scheduler::WorkOrStopLocked() const {
+  return stopped_ || !queue_.empty() || !running_.empty();
+}
+
+bool Scheduler::IdleLocked() const { return queue_.empty() && running_.empty(); }
+
 bool Scheduler::WaitForWork(absl::Duration max_wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto ready = [&] { return stopped_ || !queue_.empty() || !running_.empty(); };
-  if (max_wait == absl::InfiniteDuration()) {
-    wake_.wait(lock, ready);
-  } else {
-    wake_.wait_for(lock, absl::ToChronoNanoseconds(max_wait), ready);
-  }
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(this, &Scheduler::WorkOrStopLocked), max_wait);
   return !stopped_;
 }
 
 bool Scheduler::HasWork() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return !stopped_ && (!queue_.empty() || !running_.empty());
 }
 
 IterationPlan Scheduler::Schedule(absl::Time now) {
   IterationPlan plan;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // 1. Cancelled and expired requests: queued ones leave without a slot,
   //    running ones end (their slots are freed by Retire).
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -176,14 +175,13 @@ std::vector<ScheduledSequence*> Scheduler::DecodeBatch() const {
 
 std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::Retire(absl::Time now) {
   std::vector<std::unique_ptr<ScheduledSequence>> retired;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& s : running_) {
     if (!s->finished() && !s->EndIfCancelled()) continue;
     NoteRetiredLocked(*s, now);
     retired.push_back(std::move(s));
   }
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
-  if (queue_.empty() && running_.empty()) idle_.notify_all();
   return retired;
 }
 
@@ -198,67 +196,60 @@ void Scheduler::NoteRetiredLocked(const ScheduledSequence& s, absl::Time now) {
 
 std::vector<std::unique_ptr<ScheduledSequence>> Scheduler::TakeAll() {
   std::vector<std::unique_ptr<ScheduledSequence>> all;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [key, s] : queue_) all.push_back(std::move(s));
-    queue_.clear();
-    for (auto& s : running_) all.push_back(std::move(s));
-    running_.clear();
-    live_.clear();
-  }
-  idle_.notify_all();
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, s] : queue_) all.push_back(std::move(s));
+  queue_.clear();
+  for (auto& s : running_) all.push_back(std::move(s));
+  running_.clear();
+  live_.clear();
   return all;
 }
 
 void Scheduler::BeginDrain() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   draining_ = true;
 }
 
 bool Scheduler::draining() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return draining_;
 }
 
 void Scheduler::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopped_ = true;
-    draining_ = true;
-  }
-  wake_.notify_all();
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  draining_ = true;
 }
 
 void Scheduler::WaitUntilStopped() {
-  std::unique_lock<std::mutex> lock(mu_);
-  wake_.wait(lock, [&] { return stopped_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopped_));
 }
 
 bool Scheduler::WaitIdle(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                        [&] { return queue_.empty() && running_.empty(); });
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(this, &Scheduler::IdleLocked), timeout);
 }
 
 Scheduler::Counts Scheduler::counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return {options_.capacity, static_cast<int64_t>(running_.size()),
           static_cast<int64_t>(queue_.size())};
 }
 
 absl::Duration Scheduler::RetryHint() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const double capacity = static_cast<double>(std::max<int64_t>(1, options_.capacity));
   return absl::Seconds(std::clamp(mean_service_seconds_ / capacity, 0.01, 60.0));
 }
 
 absl::Time Scheduler::last_activity() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return last_activity_;
 }
 
 void Scheduler::NoteIterationEnd(absl::Time when) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   last_activity_ = when;
 }
 

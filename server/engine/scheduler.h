@@ -22,20 +22,23 @@
 // token to feed; Retire() removes the finished ones.
 //
 // Thread-safety: Submit, Cancel, BeginDrain, Stats and WaitIdle may be
-// called from any thread; everything else from the engine thread only.
+// called from any thread; everything else from the engine thread only. The
+// shared state is guarded by mu_ (checked by clang's -Wthread-safety); the
+// engine thread, the only one that changes running_, reads it without the
+// lock (running(), DecodeBatch()).
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/generation/finish_reason.h"
 #include "server/engine/generation_request.h"
@@ -160,7 +163,7 @@ class Scheduler {
   IterationPlan Schedule(absl::Time now);
   // Every running sequence that has a token to feed: not finished, not
   // cancelled, its prompt complete.
-  std::vector<ScheduledSequence*> DecodeBatch() const;
+  std::vector<ScheduledSequence*> DecodeBatch() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Ends the running sequences whose reader cancelled since Schedule, then
   // removes every finished one (their ids leave the live set at once, so a
   // client may reuse an id as soon as it hears of the end). `now` times
@@ -168,7 +171,10 @@ class Scheduler {
   std::vector<std::unique_ptr<ScheduledSequence>> Retire(absl::Time now = absl::Now());
   // After Stop(): every queued and running sequence, removed.
   std::vector<std::unique_ptr<ScheduledSequence>> TakeAll();
-  const std::vector<std::unique_ptr<ScheduledSequence>>& running() const { return running_; }
+  const std::vector<std::unique_ptr<ScheduledSequence>>& running() const
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {  // engine thread: running_'s only writer
+    return running_;
+  }
 
   // New submissions get UNAVAILABLE; queued and running requests go on.
   void BeginDrain();
@@ -198,28 +204,31 @@ class Scheduler {
   void NoteIterationEnd(absl::Time when);
 
  private:
-  void NoteRetiredLocked(const ScheduledSequence& sequence, absl::Time now);
+  void NoteRetiredLocked(const ScheduledSequence& sequence, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The conditions the engine thread and WaitIdle wait for.
+  bool WorkOrStopLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::condition_variable idle_;
+  mutable absl::Mutex mu_;
   // Waiting sequences by (-priority, arrival number).
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScheduledSequence>> queue_;
-  int64_t arrivals_ = 0;
-  // Queued and running requests by id.
-  // Live requests by (owner, request_id).
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<RequestStream>> live_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScheduledSequence>> queue_
+      ABSL_GUARDED_BY(mu_);
+  int64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;
+  // Live requests by (owner, request_id): queued and running ones.
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<RequestStream>> live_
+      ABSL_GUARDED_BY(mu_);
   // Changed by the engine thread only, under mu_ (so other threads may
   // count it under mu_).
-  std::vector<std::unique_ptr<ScheduledSequence>> running_;
-  bool draining_ = false;
-  bool stopped_ = false;
+  std::vector<std::unique_ptr<ScheduledSequence>> running_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Mean service time of retired sequences (exponentially weighted; the
   // first one sets it); 1 s until one has retired.
-  double mean_service_seconds_ = 1.0;
-  bool service_timed_ = false;
-  absl::Time last_activity_ = absl::Now();
+  double mean_service_seconds_ ABSL_GUARDED_BY(mu_) = 1.0;
+  bool service_timed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };
 
 }  // namespace performer::server

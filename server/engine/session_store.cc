@@ -218,7 +218,7 @@ void SessionStore::BalanceLocked() {
 }
 
 absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ExpireLocked(now);
   absl::StatusOr<Lru::iterator> found = FindLocked(id);
   if (!found.ok()) return found.status();
@@ -247,7 +247,7 @@ absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Ti
 }
 
 void SessionStore::End(const std::string& id, std::optional<SessionState> updated, absl::Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = index_.find(id);
   if (it == index_.end()) return;
   Lru::iterator record = it->second;
@@ -267,7 +267,7 @@ void SessionStore::End(const std::string& id, std::optional<SessionState> update
 }
 
 absl::Status SessionStore::Delete(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (DropSpilledLocked(id)) return absl::OkStatus();
   auto it = index_.find(id);
   if (it == index_.end() || it->second->content.state == nullptr) {
@@ -284,7 +284,7 @@ absl::Status SessionStore::Delete(const std::string& id) {
 }
 
 absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl::Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ExpireLocked(now);
   absl::StatusOr<Lru::iterator> found = FindLocked(id);
   if (!found.ok()) return found.status();
@@ -301,7 +301,7 @@ absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl
 }
 
 absl::Status SessionStore::Import(const std::string& id, SessionState content, absl::Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // A spilled file that cannot be read back is replaced as well.
   absl::StatusOr<Lru::iterator> found = FindLocked(id);
   Lru::iterator record = found.ok() ? *found : lru_.end();
@@ -328,7 +328,7 @@ absl::Status SessionStore::Import(const std::string& id, SessionState content, a
 }
 
 absl::Status SessionStore::SpillAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (options_.spill_dir.empty()) return absl::OkStatus();
   absl::Status result;
   for (auto it = lru_.begin(); it != lru_.end();) {
@@ -349,12 +349,12 @@ absl::Status SessionStore::SpillAll() {
 }
 
 void SessionStore::Expire(absl::Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ExpireLocked(now);
 }
 
 SessionStats SessionStore::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 

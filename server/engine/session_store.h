@@ -23,7 +23,6 @@
 #include <deque>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,8 +30,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/decoding/sequence_decoder.h"  // StateSnapshot
 #include "core/decoding/state_encoding.h"
@@ -95,27 +96,32 @@ class SessionStore {
   std::string PathOf(const std::string& file_key) const;
   // The record of `id`, loaded back from the spill folder if it is there;
   // end() if unknown.
-  absl::StatusOr<Lru::iterator> FindLocked(const std::string& id);
-  void Touch(Lru::iterator record, absl::Time now);
-  void ForgetLocked(const std::string& file_key);  // remembers it as dropped
-  void ExpireLocked(absl::Time now);
+  absl::StatusOr<Lru::iterator> FindLocked(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(Lru::iterator record, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers it as dropped.
+  void ForgetLocked(const std::string& file_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a spilled session's file; false if there is none.
-  bool DropSpilledLocked(const std::string& id);
-  bool DropSpilledFileLocked(const std::string& file_key);
+  bool DropSpilledLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DropSpilledFileLocked(const std::string& file_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Spills or drops idle sessions until memory is under the budget.
-  void BalanceLocked();
-  absl::Status WriteLocked(const Record& record);
-  void AddBytesLocked(const Record& record, int64_t sign);
+  void BalanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteLocked(const Record& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddBytesLocked(const Record& record, int64_t sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionOptions options_;
-  mutable std::mutex mu_;
-  Lru lru_;  // most recently used first
-  std::unordered_map<std::string, Lru::iterator> index_;
+  // The engine thread (Begin, End, Expire) and the session RPCs (Delete,
+  // Export, Import) and a metrics scrape (Stats).
+  mutable absl::Mutex mu_;
+  Lru lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  std::unordered_map<std::string, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
   // Spilled sessions: FileKey(id) -> (file bytes, last use).
-  std::unordered_map<std::string, std::pair<int64_t, absl::Time>> spilled_;
-  std::unordered_set<std::string> dropped_;  // FileKey(id) of dropped sessions
-  std::deque<std::string> dropped_order_;
-  SessionStats stats_;
+  std::unordered_map<std::string, std::pair<int64_t, absl::Time>> spilled_ ABSL_GUARDED_BY(mu_);
+  // FileKey(id) of dropped sessions, oldest first in dropped_order_.
+  std::unordered_set<std::string> dropped_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> dropped_order_ ABSL_GUARDED_BY(mu_);
+  SessionStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace performer::server

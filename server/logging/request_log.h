@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "server/service/rpc_observer.h"
+#include "server/observer/rpc_observer.h"
 
 namespace performer::server {
 

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine_observer.h"
+#include "server/observer/rpc_observer.h"
 #include "server/security/security_observer.h"
-#include "server/service/rpc_observer.h"
 
 namespace performer::server {
 

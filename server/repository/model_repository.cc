@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/decoding/decoder_factory.h"
 #include "core/decoding/state_encoding.h"
+#include "core/models/model_class.h"
 #include "core/models/model_folder.h"
 #include "kernels/kernels_info.h"
 #include "server/engine/compute_thread.h"
@@ -71,6 +72,117 @@ decoding::ModelFingerprint Fingerprint(const std::string& name, const models::Lo
   return fingerprint;
 }
 
+// How a model of this class is hosted; nullopt for a class that is not
+// (FastAttention, a layer rather than a model).
+std::optional<ModelKind> HostedKind(const models::LoadedModel& model) {
+  switch (model.model_class) {
+    case models::ModelClass::kPerformerLM:
+      return model.lm->config().causal ? ModelKind::kDecoder : ModelKind::kEncoder;
+    case models::ModelClass::kPerformerEncDec:
+      return ModelKind::kEncoderDecoder;
+    case models::ModelClass::kFastTransformersLM:
+      return ModelKind::kDecoder;
+    case models::ModelClass::kFastAttention:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// The folder's tokenizer (if any) and generation defaults.
+absl::Status LoadTextSupport(const fs::path& dir, HostedModel& hosted) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir.string());
+  if (!tokenizer.ok()) return tokenizer.status();
+  hosted.tokenizer = std::move(*tokenizer);
+  absl::StatusOr<GenerationConfig> generation = LoadGenerationConfig(dir.string());
+  if (!generation.ok()) return generation.status();
+  hosted.generation = *generation;
+  return absl::OkStatus();
+}
+
+// A bidirectional PerformerLM, hosted for Embed only.
+absl::Status HostEncoder(const models::LoadedModel& model, HostedModel& hosted) {
+  hosted.vocab_size = model.lm->config().num_tokens;
+  hosted.max_sequence_length = model.lm->config().position_limit();
+  if (absl::Status s = ValidateGenerationConfig(hosted.generation, hosted.vocab_size, hosted.dir);
+      !s.ok()) {
+    return s;
+  }
+  hosted.embedder = std::make_unique<Embedder>(model);
+  return absl::OkStatus();
+}
+
+// State slots: as many sequences as --state_memory_bytes holds at the
+// model's exact state size, at most --max_batch.
+absl::StatusOr<int64_t> Slots(const std::string& name, const models::LoadedModel& model,
+                              const RepositoryOptions& options) {
+  absl::StatusOr<int64_t> bytes = decoding::StateBytesPerSequence(model);
+  if (!bytes.ok()) return bytes.status();
+  const int64_t slots = std::min<int64_t>(
+      options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, *bytes));
+  if (slots < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": one sequence needs ", *bytes,
+                                                   " state bytes but --state_memory_bytes is ",
+                                                   options.state_memory_bytes));
+  }
+  return slots;
+}
+
+// The model's decoder over `slots` state slots, warmed up.
+absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> WarmDecoder(
+    const std::string& name, const models::LoadedModel& model, int64_t slots) {
+  absl::Status speedups;
+  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
+      decoding::CreateDecoder(model, slots, &speedups);
+  if (!decoder.ok()) return decoder.status();
+  if (!speedups.ok()) {
+    LogEvent(spdlog::level::warn, "CUDA graphs unavailable: decode steps run eagerly",
+             {{"model", name}, {"reason", std::string(speedups.message())}});
+  }
+  const absl::Time warmup_start = absl::Now();
+  if (absl::Status s = WarmUp(**decoder); !s.ok()) {
+    return absl::InternalError(absl::StrCat(name, ": warm-up failed: ", s.ToString()));
+  }
+  LogEngineEvent("warmup", name, {{"seconds", absl::ToDoubleSeconds(absl::Now() - warmup_start)}});
+  return decoder;
+}
+
+// The repository's engine options, made this model's.
+EngineOptions ModelEngineOptions(const std::string& name, const models::LoadedModel& model,
+                                 const decoding::DecoderInfo& info,
+                                 const RepositoryOptions& options) {
+  EngineOptions engine = options.engine;
+  // On a GPU a batch of short prompts costs about one forward's kernel
+  // launches; on a CPU each prompt's arithmetic.
+  engine.batched_prefill_is_one_forward = options.device != "cpu";
+  engine.sessions.fingerprint = Fingerprint(name, model);
+  engine.sessions.max_state_bytes = 2 * info.state_bytes_per_sequence;
+  if (options.observer_for_model) engine.observer = options.observer_for_model(name);
+  return engine;
+}
+
+// A decoder or an encoder-decoder: its engine (and the encoder-decoder's
+// embedder).
+absl::Status HostDecoder(const models::LoadedModel& model, const RepositoryOptions& options,
+                         HostedModel& hosted) {
+  if (hosted.kind == ModelKind::kEncoderDecoder)
+    hosted.embedder = std::make_unique<Embedder>(model);
+  absl::StatusOr<int64_t> slots = Slots(hosted.name, model, options);
+  if (!slots.ok()) return slots.status();
+  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
+      WarmDecoder(hosted.name, model, *slots);
+  if (!decoder.ok()) return decoder.status();
+  hosted.vocab_size = (*decoder)->info().vocab_size;
+  hosted.max_sequence_length = (*decoder)->info().max_seq_len;
+  if (absl::Status s = ValidateGenerationConfig(hosted.generation, hosted.vocab_size, hosted.dir);
+      !s.ok()) {
+    return s;
+  }
+  const EngineOptions engine = ModelEngineOptions(hosted.name, model, (*decoder)->info(), options);
+  hosted.engine =
+      std::make_unique<Engine>(hosted.name, std::move(*decoder), hosted.tokenizer.get(), engine);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
                                                          const RepositoryOptions& options) {
   const absl::Time start = absl::Now();
@@ -79,74 +191,15 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
   hosted->dir = dir.string();
   absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(dir.string());
   if (!model.ok()) return model.status();
-  if (model->model_class == "FastAttention") return std::unique_ptr<HostedModel>();
+  const std::optional<ModelKind> kind = HostedKind(*model);
+  if (!kind.has_value()) return std::unique_ptr<HostedModel>();
+  hosted->kind = *kind;
   if (options.device != "cpu") model->MoveTo(torch::Device(options.device));
-
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir.string());
-  if (!tokenizer.ok()) return tokenizer.status();
-  hosted->tokenizer = std::move(*tokenizer);
-  absl::StatusOr<GenerationConfig> generation = LoadGenerationConfig(dir.string());
-  if (!generation.ok()) return generation.status();
-  hosted->generation = *generation;
-
-  const bool bidirectional = model->model_class == "PerformerLM" && !model->lm->config().causal;
-  if (bidirectional) {
-    hosted->kind = ModelKind::kEncoder;
-    hosted->vocab_size = model->lm->config().num_tokens;
-    hosted->max_sequence_length = model->lm->config().position_limit();
-    if (absl::Status s =
-            ValidateGenerationConfig(hosted->generation, hosted->vocab_size, hosted->dir);
-        !s.ok()) {
-      return s;
-    }
-    hosted->embedder = std::make_unique<Embedder>(*model);
-  } else {
-    hosted->kind =
-        model->model_class == "PerformerEncDec" ? ModelKind::kEncoderDecoder : ModelKind::kDecoder;
-    if (hosted->kind == ModelKind::kEncoderDecoder) {
-      hosted->embedder = std::make_unique<Embedder>(*model);
-    }
-    // The exact state size decides the slots.
-    absl::StatusOr<int64_t> bytes = decoding::StateBytesPerSequence(*model);
-    if (!bytes.ok()) return bytes.status();
-    const int64_t slots = std::min<int64_t>(
-        options.max_batch, options.state_memory_bytes / std::max<int64_t>(1, *bytes));
-    if (slots < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(hosted->name, ": one sequence needs ", *bytes,
-                                                     " state bytes but --state_memory_bytes is ",
-                                                     options.state_memory_bytes));
-    }
-    absl::Status speedups;
-    absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
-        decoding::CreateDecoder(*model, slots, &speedups);
-    if (!decoder.ok()) return decoder.status();
-    if (!speedups.ok()) {
-      LogEvent(spdlog::level::warn, "CUDA graphs unavailable: decode steps run eagerly",
-               {{"model", hosted->name}, {"reason", std::string(speedups.message())}});
-    }
-    const absl::Time warmup_start = absl::Now();
-    if (absl::Status s = WarmUp(**decoder); !s.ok()) {
-      return absl::InternalError(absl::StrCat(hosted->name, ": warm-up failed: ", s.ToString()));
-    }
-    LogEngineEvent("warmup", hosted->name,
-                   {{"seconds", absl::ToDoubleSeconds(absl::Now() - warmup_start)}});
-    hosted->vocab_size = (*decoder)->info().vocab_size;
-    hosted->max_sequence_length = (*decoder)->info().max_seq_len;
-    if (absl::Status s =
-            ValidateGenerationConfig(hosted->generation, hosted->vocab_size, hosted->dir);
-        !s.ok()) {
-      return s;
-    }
-    EngineOptions engine_options = options.engine;
-    // On a GPU a batch of short prompts costs about one forward's kernel
-    // launches; on a CPU each prompt's arithmetic.
-    engine_options.batched_prefill_is_one_forward = options.device != "cpu";
-    engine_options.sessions.fingerprint = Fingerprint(hosted->name, *model);
-    engine_options.sessions.max_state_bytes = 2 * (*decoder)->info().state_bytes_per_sequence;
-    if (options.observer_for_model)
-      engine_options.observer = options.observer_for_model(hosted->name);
-    hosted->engine = std::make_unique<Engine>(hosted->name, std::move(*decoder),
-                                              hosted->tokenizer.get(), engine_options);
+  if (absl::Status s = LoadTextSupport(dir, *hosted); !s.ok()) return s;
+  if (absl::Status s = hosted->kind == ModelKind::kEncoder ? HostEncoder(*model, *hosted)
+                                                           : HostDecoder(*model, options, *hosted);
+      !s.ok()) {
+    return s;
   }
   hosted->load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return hosted;
@@ -309,6 +362,7 @@ HostedModel* ModelRepository::Find(const std::string& name) {
 }
 
 void ModelRepository::BeginDrain() {
+  draining_.store(true);
   for (auto& m : models_) {
     if (m->engine == nullptr) continue;
     const EngineStats stats = m->engine->Stats();

@@ -6,6 +6,7 @@
 // (FastAttention) are skipped with a warning.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -105,7 +106,11 @@ class ModelRepository {
   };
   const std::vector<FailedModel>& failed_models() const { return failed_models_; }
 
+  // The drain's one owner: from BeginDrain on, every service refuses new
+  // work with DrainingError (server/engine/draining.h) and every engine
+  // refuses new requests; running and queued ones go on.
   void BeginDrain();
+  bool draining() const { return draining_.load(); }
   bool WaitIdle(absl::Duration timeout);
   void Stop();
 
@@ -117,6 +122,7 @@ class ModelRepository {
   std::string default_model_;
   RequestBounds request_bounds_;
   std::vector<FailedModel> failed_models_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace performer::server

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/engine/draining.h"
 #include "server/logging/user_text.h"
 #include "server/security/call_gate.h"
 #include "server/service/write_threads.h"
@@ -227,14 +228,14 @@ std::function<void()> ReactorGuard::Listener(std::function<void()> on_data) cons
     WriteThreads::Get().Post([guard, pump] {
       // Cleared first: an append from here on posts again, so none is missed.
       guard->pump_posted.store(false);
-      std::lock_guard<std::recursive_mutex> lock(guard->mu);
+      ReactorLock lock(guard->mu);
       if (guard->alive) (*pump)();
     });
   };
 }
 
 void ReactorGuard::Retire() {
-  std::lock_guard<std::recursive_mutex> lock(guard_->mu);
+  ReactorLock lock(guard_->mu);
   guard_->alive = false;
 }
 
@@ -247,10 +248,7 @@ grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart&
                              grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
                              RpcRecord& record, const AttachGeneration& attach) {
   record.request_id = wire.request_id();
-  if (options.draining) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "the server is shutting down and accepts no new requests");
-  }
+  if (repository.draining()) return ToGrpc(DrainingError());
   const absl::StatusOr<Caller> caller = CallerOf(*context, options.tokens);
   if (!caller.ok()) return ToGrpc(caller.status());
   record.caller = caller->name;
@@ -294,14 +292,17 @@ UnaryGenerator::UnaryGenerator(grpc::CallbackServerContext* context,
       response_(response != nullptr ? response : &own_) {}
 
 void UnaryGenerator::FinishNow(const grpc::Status& status) {
-  std::lock_guard<std::recursive_mutex> lock(link_.mu());
+  ReactorLock lock(link_.mu());
   done_ = true;
   Finish(link_.scope().Sent(status));
 }
 
 void UnaryGenerator::Attach(const std::string& request_id, std::shared_ptr<RequestStream> stream) {
   request_id_ = request_id;
-  link_.Attach(std::move(stream), [this] { Collect(); });
+  link_.Attach(std::move(stream), [this] {
+    link_.mu().AssertHeld();
+    Collect();
+  });
 }
 
 grpc::Status UnaryGenerator::Start(ModelRepository& repository, const GenerationStart& options,
@@ -315,7 +316,7 @@ grpc::Status UnaryGenerator::Start(ModelRepository& repository, const Generation
 }
 
 void UnaryGenerator::OnCancel() {
-  std::lock_guard<std::recursive_mutex> lock(link_.mu());
+  ReactorLock lock(link_.mu());
   link_.CancelFromRpc();
 }
 

@@ -18,15 +18,16 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "performer/v1/generation.pb.h"
 #include "server/engine/request_stream.h"
+#include "server/observer/rpc_observer.h"
 #include "server/repository/model_repository.h"
 #include "server/security/security_observer.h"
 #include "server/security/token_authenticator.h"
-#include "server/service/rpc_observer.h"
 
 namespace performer::server {
 
@@ -103,14 +104,42 @@ class RpcScope {
 grpc::ServerUnaryReactor* AnswerNow(grpc::CallbackServerContext* context, RpcScope& scope,
                                     const grpc::Status& status);
 
+// The lock of one reactor's state, for clang's thread-safety analysis like
+// any mutex. It must be recursive: the reactor calls gRPC's StartWrite,
+// StartRead and Finish with it held, and gRPC may run the reaction they
+// complete (OnWriteDone, OnReadDone, OnDone's callers) inline, on the same
+// thread, inside that call; the reaction takes the lock again.
+class ABSL_LOCKABLE ReactorMutex {
+ public:
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  // For code the analysis cannot follow: a RequestStream listener, which
+  // ReactorGuard::Listener runs with the lock held.
+  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
+
+ private:
+  std::recursive_mutex mu_;
+};
+
+class ABSL_SCOPED_LOCKABLE ReactorLock {
+ public:
+  explicit ReactorLock(ReactorMutex& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_.Lock(); }
+  ~ReactorLock() ABSL_UNLOCK_FUNCTION() { mu_.Unlock(); }
+  ReactorLock(const ReactorLock&) = delete;
+  ReactorLock& operator=(const ReactorLock&) = delete;
+
+ private:
+  ReactorMutex& mu_;
+};
+
 // The engine thread notifies a reactor through its RequestStreams'
-// listeners while gRPC calls its reactions. One recursive mutex per reactor
-// orders the two (a reaction may run inline inside StartWrite), and `alive`
-// keeps a late listener call away from a deleted reactor.
+// listeners while gRPC calls its reactions. One ReactorMutex per reactor
+// orders the two, and `alive` keeps a late listener call away from a
+// deleted reactor.
 class ReactorGuard {
  public:
   ReactorGuard() : guard_(std::make_shared<Guard>()) {}
-  std::recursive_mutex& mu() { return guard_->mu; }
+  ReactorMutex& mu() const ABSL_LOCK_RETURNED(guard_->mu) { return guard_->mu; }
   // A RequestStream listener that has `on_data` run under mu(), only while
   // the reactor lives, on the process's write threads (write_threads.h),
   // never on the appending thread.
@@ -120,8 +149,8 @@ class ReactorGuard {
 
  private:
   struct Guard {
-    std::recursive_mutex mu;
-    bool alive = true;
+    ReactorMutex mu;
+    bool alive ABSL_GUARDED_BY(mu) = true;
     std::atomic<bool> pump_posted{false};  // a pump waits on the write threads
   };
   std::shared_ptr<Guard> guard_;
@@ -135,7 +164,7 @@ class EngineLink {
              std::string_view method, std::string_view protocol)
       : context_(context), scope_(observers, method, protocol, context) {}
 
-  std::recursive_mutex& mu() { return guard_.mu(); }
+  ReactorMutex& mu() const ABSL_LOCK_RETURNED(guard_.mu()) { return guard_.mu(); }
   RequestStream& stream() { return *stream_; }
   RpcScope& scope() { return scope_; }
   const grpc::CallbackServerContext* context() const { return context_; }
@@ -143,8 +172,8 @@ class EngineLink {
   // `on_data` runs under mu(), only while the reactor lives.
   void Attach(std::shared_ptr<RequestStream> stream, std::function<void()> on_data);
   // The RPC was cancelled (or its client went away): the engine ends the
-  // request within a step. Call with mu() held.
-  void CancelFromRpc() {
+  // request within a step.
+  void CancelFromRpc() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu()) {
     if (stream_) stream_->RequestCancel(CancelReason(context_));
   }
   // From OnDone, before the reactor is deleted.
@@ -165,7 +194,6 @@ using AttachGeneration =
     std::function<void(const std::string& request_id, std::shared_ptr<RequestStream> stream)>;
 
 struct GenerationStart {
-  bool draining = false;      // the service refuses new requests (UNAVAILABLE)
   int64_t buffer_tokens = 0;  // slow-reader bound; 0 = unbounded (unary)
   // Overload also sets the grpc-retry-pushback-ms trailing metadata (not on
   // a stream that carries several requests).
@@ -182,8 +210,8 @@ struct GenerationStart {
 // the model's generation defaults merged, a default max_new_tokens trimmed to
 // what fits) and submits it, attaching its output through `attach`. Fills
 // `record`'s model and request id. On failure returns the status to finish
-// the request with: UNAVAILABLE when draining, NOT_FOUND / FAILED_PRECONDITION
-// for the model, UNAUTHENTICATED for a token revoked since the call gate,
+// the request with: UNAVAILABLE (DrainingError) while the repository drains, NOT_FOUND /
+// FAILED_PRECONDITION for the model, UNAUTHENTICATED for a token revoked since the call gate,
 // PERMISSION_DENIED for a priority the caller may not ask for,
 // INVALID_ARGUMENT from the engine's one validation
 // (ValidateGenerationRequest), RESOURCE_EXHAUSTED (with a retry hint) when
@@ -206,6 +234,7 @@ class UnaryGenerator : public grpc::ServerUnaryReactor {
   RpcRecord& record() { return link_.scope().record(); }
   // Finishes at once (a refused request).
   void FinishNow(const grpc::Status& status);
+  // Before the engine can produce (StartGeneration's attach).
   void Attach(const std::string& request_id, std::shared_ptr<RequestStream> stream);
   // Starts the generation through StartGeneration; returns its status (the
   // caller finishes a refused request, FinishNow).
@@ -216,19 +245,25 @@ class UnaryGenerator : public grpc::ServerUnaryReactor {
   void OnDone() override;
 
  protected:
-  const v1::GenerateResponse& collected() const { return *response_; }
+  // The lock of the reactor's state.
+  ReactorMutex& mu() const ABSL_LOCK_RETURNED(link_.mu()) { return link_.mu(); }
+  const v1::GenerateResponse& collected() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu()) {
+    return *response_;
+  }
   // Runs under the lock when the engine is done (record().summary is set),
   // before Finish; returns the status to finish with.
-  virtual grpc::Status Complete(const grpc::Status& status) { return status; }
+  virtual grpc::Status Complete(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu()) {
+    return status;
+  }
 
  private:
-  void Collect();
+  void Collect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_.mu());
 
   EngineLink link_;
-  std::string request_id_;
+  std::string request_id_;  // set once, before the engine can produce
   v1::GenerateResponse own_;
-  v1::GenerateResponse* response_;
-  bool done_ = false;
+  v1::GenerateResponse* const response_ ABSL_PT_GUARDED_BY(link_.mu());
+  bool done_ ABSL_GUARDED_BY(link_.mu()) = false;
 };
 
 }  // namespace performer::server

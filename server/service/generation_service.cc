@@ -1,7 +1,6 @@
 #include "server/service/generation_service.h"
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/sequence_decoder.h"
+#include "server/engine/draining.h"
 #include "server/repository/embedder.h"
 #include "server/security/call_gate.h"
 #include "server/service/generation_rpc.h"
@@ -37,7 +37,7 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   RpcRecord& record() { return link_.scope().record(); }
 
   void FinishNow(const grpc::Status& status) {
-    std::lock_guard<std::recursive_mutex> lock(link_.mu());
+    ReactorLock lock(link_.mu());
     done_ = true;
     Finish(link_.scope().Sent(status));
   }
@@ -45,11 +45,14 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   // `request_id` is echoed in every message.
   void Attach(const std::string& request_id, std::shared_ptr<RequestStream> stream) {
     request_id_ = request_id;
-    link_.Attach(std::move(stream), [this] { Pump(); });
+    link_.Attach(std::move(stream), [this] {
+      link_.mu().AssertHeld();
+      Pump();
+    });
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::recursive_mutex> lock(link_.mu());
+    ReactorLock lock(link_.mu());
     writing_ = false;
     if (done_) return;
     if (!ok) {
@@ -68,7 +71,7 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
   void OnCancel() override {
-    std::lock_guard<std::recursive_mutex> lock(link_.mu());
+    ReactorLock lock(link_.mu());
     link_.CancelFromRpc();
   }
 
@@ -78,8 +81,8 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
  private:
-  // Called with the lock held: sends whatever the engine has produced.
-  void Pump() {
+  // Sends whatever the engine has produced.
+  void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_.mu()) {
     if (writing_ || done_ || final_status_.has_value()) return;
     RequestStream::Taken taken = link_.stream().Take();
     if (taken.chunk.empty() && !taken.summary.has_value()) return;
@@ -100,11 +103,11 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
   EngineLink link_;
-  std::string request_id_;
-  v1::GenerateResponse response_;
-  bool writing_ = false;
-  bool done_ = false;
-  std::optional<grpc::Status> final_status_;
+  std::string request_id_;  // set once, before the engine can produce
+  v1::GenerateResponse response_ ABSL_GUARDED_BY(link_.mu());
+  bool writing_ ABSL_GUARDED_BY(link_.mu()) = false;
+  bool done_ ABSL_GUARDED_BY(link_.mu()) = false;
+  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(link_.mu());
 };
 
 void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
@@ -127,7 +130,8 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
 
 // Who a session RPC comes from and which generating model it names, both
 // noted in the RPC's record. Checked in this order: UNAUTHENTICATED;
-// UNAVAILABLE when `closed` (a drain refuses new sessions); a bad
+// UNAVAILABLE (DrainingError) for a new session (`creates`) while the
+// server drains, which lets sessions be exported and deleted; a bad
 // session_id; NOT_FOUND / FAILED_PRECONDITION for the model as for
 // generation.
 struct SessionTarget {
@@ -139,13 +143,11 @@ absl::StatusOr<SessionTarget> ResolveSessionTarget(const grpc::CallbackServerCon
                                                    ModelRepository& repository, RpcScope& scope,
                                                    const std::string& model,
                                                    const std::string& session_id,
-                                                   bool closed = false) {
+                                                   bool creates = false) {
   absl::StatusOr<Caller> caller = CallerOf(context, tokens);
   if (!caller.ok()) return caller.status();
   scope.record().caller = caller->name;
-  if (closed) {
-    return absl::UnavailableError("the server is shutting down and accepts no new sessions");
-  }
+  if (creates && repository.draining()) return DrainingError();
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   absl::StatusOr<HostedModel*> hosted = GeneratingModel(repository, model);
   if (!hosted.ok()) return hosted.status();
@@ -161,8 +163,7 @@ GenerationService::GenerationService(ModelRepository& repository, ServiceOptions
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto* writer = new StreamWriter(context, options_.observers);
-  const GenerationStart start =
-      StartSettings(options_, draining_.load(), options_.stream_buffer_tokens);
+  const GenerationStart start = StartSettings(options_, options_.stream_buffer_tokens);
   const grpc::Status status =
       StartGeneration(repository_, start, context, *request, writer->record(),
                       [writer](const std::string& id, std::shared_ptr<RequestStream> stream) {
@@ -177,7 +178,7 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
                                                       v1::GenerateResponse* response) {
   auto* generator =
       new UnaryGenerator(context, options_.observers, "Generate", kPerformerProtocol, response);
-  const GenerationStart start = StartSettings(options_, draining_.load(), /*buffer_tokens=*/0);
+  const GenerationStart start = StartSettings(options_, /*buffer_tokens=*/0);
   const grpc::Status status = generator->Start(repository_, start, context, *request);
   if (!status.ok()) generator->FinishNow(status);
   return generator;
@@ -261,10 +262,7 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
     }
   };
   auto* call = new EmbedCall(options_.observers, context);
-  if (draining_.load()) {
-    return call->Answer(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                     "the server is shutting down and accepts no new requests"));
-  }
+  if (repository_.draining()) return call->Answer(ToGrpc(DrainingError()));
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
     return call->Answer(ToGrpc(UnknownModelError("model", request->model())));
@@ -337,7 +335,7 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
   RpcScope scope(options_.observers, "ImportSession", kPerformerProtocol, context);
   absl::StatusOr<SessionTarget> target =
       ResolveSessionTarget(*context, options_.tokens, repository_, scope, request->model(),
-                           request->session_id(), /*closed=*/draining_.load());
+                           request->session_id(), /*creates=*/true);
   if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
   absl::StatusOr<int64_t> position =
       target->model->engine->ImportSession(request->session_id(), request->data(), target->caller);

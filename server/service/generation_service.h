@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "performer/v1/generation.grpc.pb.h"
+#include "server/observer/rpc_observer.h"
 #include "server/repository/model_repository.h"
 #include "server/security/security_observer.h"
 #include "server/security/token_authenticator.h"
 #include "server/service/generation_rpc.h"
-#include "server/service/rpc_observer.h"
 
 namespace performer::server {
 
@@ -32,10 +32,8 @@ struct ServiceOptions {
 };
 
 // How a generation served with `options` starts (StartGeneration).
-inline GenerationStart StartSettings(const ServiceOptions& options, bool draining,
-                                     int64_t buffer_tokens) {
+inline GenerationStart StartSettings(const ServiceOptions& options, int64_t buffer_tokens) {
   GenerationStart start;
-  start.draining = draining;
   start.buffer_tokens = buffer_tokens;
   start.tokens = options.tokens;
   start.max_priority_unprivileged = options.max_priority_unprivileged;
@@ -46,9 +44,6 @@ inline GenerationStart StartSettings(const ServiceOptions& options, bool drainin
 class GenerationService final : public performer::v1::Generation::CallbackService {
  public:
   GenerationService(ModelRepository& repository, ServiceOptions options);
-
-  // New requests get UNAVAILABLE from now on.
-  void BeginDrain() { draining_ = true; }
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateStream(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -80,7 +75,6 @@ class GenerationService final : public performer::v1::Generation::CallbackServic
  private:
   ModelRepository& repository_;
   const ServiceOptions options_;
-  std::atomic<bool> draining_{false};
 };
 
 }  // namespace performer::server

@@ -3,7 +3,6 @@
 #include <deque>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -67,7 +66,7 @@ class InferenceService::UnaryInfer final : public UnaryGenerator {
   }
 
  protected:
-  grpc::Status Complete(const grpc::Status& status) override {
+  grpc::Status Complete(const grpc::Status& status) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu()) {
     if (status.ok()) {
       const StreamSummary* summary = record().summary ? &*record().summary : nullptr;
       FillInferResponse(reply_, collected(), summary, response_);
@@ -89,12 +88,12 @@ class InferenceService::StreamInfer final
  public:
   StreamInfer(InferenceService& service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    std::lock_guard<std::recursive_mutex> lock(guard_.mu());
+    ReactorLock lock(guard_.mu());
     ReadNext();
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard<std::recursive_mutex> lock(guard_.mu());
+    ReactorLock lock(guard_.mu());
     reading_ = false;
     if (!ok) {
       reads_done_ = true;
@@ -106,7 +105,7 @@ class InferenceService::StreamInfer final
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::recursive_mutex> lock(guard_.mu());
+    ReactorLock lock(guard_.mu());
     writing_ = false;
     // A failed write: the client is gone.
     if (!ok) Stop();
@@ -114,7 +113,7 @@ class InferenceService::StreamInfer final
   }
 
   void OnCancel() override {
-    std::lock_guard<std::recursive_mutex> lock(guard_.mu());
+    ReactorLock lock(guard_.mu());
     Stop();
     Pump();
   }
@@ -137,7 +136,7 @@ class InferenceService::StreamInfer final
 
   // Everything below runs with the lock held.
 
-  void ReadNext() {
+  void ReadNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     const size_t pending = running_.size() + errors_.size();
     if (reading_ || reads_done_ || stopping_ || pending >= kMaxStreamRequests) return;
     reading_ = true;
@@ -145,7 +144,7 @@ class InferenceService::StreamInfer final
   }
 
   // Starts one request, or queues the error that answers it.
-  void Begin(const ModelInferRequest& request) {
+  void Begin(const ModelInferRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     auto generation = std::make_unique<Generation>(service_.options_.observers, context_);
     Generation* g = generation.get();
     grpc::Status status;
@@ -154,14 +153,17 @@ class InferenceService::StreamInfer final
       status = ToGrpc(InProtocolTerms(call.status()));
     } else {
       g->reply = std::move(call->reply);
-      GenerationStart start = StartSettings(service_.options_, service_.draining_.load(),
-                                            service_.options_.stream_buffer_tokens);
+      GenerationStart start =
+          StartSettings(service_.options_, service_.options_.stream_buffer_tokens);
       start.retry_pushback_metadata = false;
       status = InTerms(StartGeneration(
           service_.repository_, start, context_, call->generate, g->scope.record(),
           [this, g](const std::string& /*request_id*/, std::shared_ptr<RequestStream> stream) {
             g->stream = std::move(stream);
-            g->stream->SetListener(guard_.Listener([this] { Pump(); }));
+            g->stream->SetListener(guard_.Listener([this] {
+              guard_.mu().AssertHeld();
+              Pump();
+            }));
           }));
     }
     if (!status.ok()) {
@@ -176,7 +178,7 @@ class InferenceService::StreamInfer final
   }
 
   // Ends every request (the client is gone or cancelled the call).
-  void Stop() {
+  void Stop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     if (stopping_) return;
     stopping_ = true;
     errors_.clear();
@@ -185,7 +187,7 @@ class InferenceService::StreamInfer final
 
   // Sends the next response, if one is ready and no write is in flight;
   // finishes the call once nothing is left to do.
-  void Pump() {
+  void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     if (finished_) return;
     if (stopping_) {
       // Nothing more is sent; the requests are retired as the engine ends
@@ -238,7 +240,8 @@ class InferenceService::StreamInfer final
     MaybeFinish();
   }
 
-  void FillPiece(const Generation& g, const RequestStream::Taken& taken, bool final) {
+  void FillPiece(const Generation& g, const RequestStream::Taken& taken, bool final)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     v1::GenerateResponse piece;
     FillChunk(g.reply.id, taken.chunk, &piece);
     inference::ModelInferResponse* out = response_.mutable_infer_response();
@@ -246,12 +249,12 @@ class InferenceService::StreamInfer final
     (*out->mutable_parameters())["triton_final_response"].set_bool_param(final);
   }
 
-  void Write() {
+  void Write() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     writing_ = true;
     StartWrite(&response_);
   }
 
-  void MaybeFinish() {
+  void MaybeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     if (finished_ || writing_ || !running_.empty() || !errors_.empty()) return;
     if (stopping_) {
       finished_ = true;
@@ -265,15 +268,18 @@ class InferenceService::StreamInfer final
   InferenceService& service_;
   grpc::CallbackServerContext* context_;
   ReactorGuard guard_;
-  std::list<std::unique_ptr<Generation>> running_;
-  std::deque<ModelStreamInferResponse> errors_;  // answers to refused requests, not yet sent
-  ModelInferRequest request_;
-  ModelStreamInferResponse response_;
-  bool reading_ = false;
-  bool reads_done_ = false;  // the client half-closed (or the call ended)
-  bool writing_ = false;
-  bool stopping_ = false;  // cancelled, or the client went away
-  bool finished_ = false;
+  std::list<std::unique_ptr<Generation>> running_ ABSL_GUARDED_BY(guard_.mu());
+  // Answers to refused requests, not yet sent.
+  std::deque<ModelStreamInferResponse> errors_ ABSL_GUARDED_BY(guard_.mu());
+  ModelInferRequest request_ ABSL_GUARDED_BY(guard_.mu());
+  ModelStreamInferResponse response_ ABSL_GUARDED_BY(guard_.mu());
+  bool reading_ ABSL_GUARDED_BY(guard_.mu()) = false;
+  // The client half-closed (or the call ended).
+  bool reads_done_ ABSL_GUARDED_BY(guard_.mu()) = false;
+  bool writing_ ABSL_GUARDED_BY(guard_.mu()) = false;
+  // Cancelled, or the client went away.
+  bool stopping_ ABSL_GUARDED_BY(guard_.mu()) = false;
+  bool finished_ ABSL_GUARDED_BY(guard_.mu()) = false;
 };
 
 InferenceService::InferenceService(ModelRepository& repository, ServiceOptions options,
@@ -281,7 +287,7 @@ InferenceService::InferenceService(ModelRepository& repository, ServiceOptions o
     : repository_(repository), options_(std::move(options)), liveness_stall_(liveness_stall) {}
 
 bool InferenceService::ModelServes(const HostedModel& model) const {
-  return model.engine != nullptr && !draining_.load() && !model.engine->draining() &&
+  return model.engine != nullptr && !repository_.draining() &&
          model.engine->Healthy(liveness_stall_);
 }
 
@@ -301,7 +307,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(
     grpc::CallbackServerContext* context, const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
   RpcScope scope(options_.observers, "ServerReady", kKServeV2Protocol, context);
-  bool ready = !draining_.load();
+  bool ready = !repository_.draining();
   for (const auto& model : repository_.models()) {
     // Encoder-only models take no inference requests here.
     if (model->engine && !ModelServes(*model)) ready = false;
@@ -359,7 +365,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   auto* infer = new UnaryInfer(context, options_.observers, response);
-  const GenerationStart start = StartSettings(options_, draining_.load(), /*buffer_tokens=*/0);
+  const GenerationStart start = StartSettings(options_, /*buffer_tokens=*/0);
   infer->Begin(repository_, start, context, *request);
   return infer;
 }

@@ -37,7 +37,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                    absl::Duration liveness_stall);
 
   // New inferences get UNAVAILABLE and readiness turns false from now on.
-  void BeginDrain() { draining_ = true; }
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -71,7 +70,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ModelRepository& repository_;
   const ServiceOptions options_;
   const absl::Duration liveness_stall_;
-  std::atomic<bool> draining_{false};
 };
 
 }  // namespace performer::server

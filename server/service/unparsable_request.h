@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/service/rpc_observer.h"
+#include "server/observer/rpc_observer.h"
 
 namespace performer::server {
 

@@ -18,6 +18,10 @@ not:
                                  loader; kernels/ only for build facts (kernels_info.h)
   examples/                      the core (any layer but kernels/), server/
 
+Inside server/, each folder includes only itself and the folders before it in SERVER_ORDER
+(tokenizer < engine < observer < logging < security < repository < metrics < service); the
+program's files directly in server/ may include any of them.
+
 Run: python3 tests/core/layering_test.py (ctest unit.layering).
 """
 
@@ -55,8 +59,31 @@ ALLOWED = {
 }
 # Single headers a layer may use beyond its layers.
 EXCEPTIONS = {
-    "server": {"core/models/model_folder.h", "kernels/kernels_info.h"},
+    "server": {"core/models/model_class.h", "core/models/model_folder.h", "kernels/kernels_info.h"},
 }
+
+
+# server/'s folders, lowest first.
+SERVER_ORDER = ("tokenizer", "engine", "observer", "logging", "security", "repository", "metrics",
+                "service")
+
+
+def server_folder(path):
+    """server/'s folder of a path, or None for a file directly in server/ or outside it."""
+    parts = path.split("/")
+    return parts[1] if parts[0] == "server" and len(parts) > 2 else None
+
+
+def server_violation(path, header):
+    """Why `path` may not include `header` inside server/, or None."""
+    source, target = server_folder(path), server_folder(header)
+    if source is None or target is None or source == target:
+        return None
+    if source not in SERVER_ORDER or target not in SERVER_ORDER:
+        return "server/%s or server/%s is not in SERVER_ORDER" % (source, target)
+    if SERVER_ORDER.index(target) < SERVER_ORDER.index(source):
+        return None
+    return "server/%s may not include server/%s" % (source, target)
 
 
 def violations():
@@ -74,6 +101,9 @@ def violations():
                     text = f.read()
                 for match in INCLUDE.finditer(text):
                     header = match.group(1)
+                    why = server_violation(path, header)
+                    if why is not None:
+                        out.append("%s includes %s: %s" % (path, header, why))
                     target = layer(header)
                     if target is None or target in ALLOWED[source]:
                         continue

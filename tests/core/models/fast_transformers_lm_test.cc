@@ -39,7 +39,7 @@ LoadedModel Build(const nlohmann::json& config, int64_t seed) {
   EXPECT_TRUE(model.ok()) << model.status();
   (*model)->eval();
   LoadedModel loaded;
-  loaded.model_class = "FastTransformersLM";
+  loaded.model_class = models::ModelClass::kFastTransformersLM;
   loaded.config = config;
   loaded.ftlm = *model;
   return loaded;

@@ -69,7 +69,7 @@ TEST_F(ModelFolderTest, RoundTripsWithAliasesAndRedrawCounter) {
   Write(ConfigJson(testing::TinyLMConfig()), w);
   absl::StatusOr<LoadedModel> loaded = LoadModelFolder(dir_.string());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->model_class, "PerformerLM");
+  EXPECT_EQ(loaded->model_class, models::ModelClass::kPerformerLM);
   EXPECT_TRUE(torch::equal(Logits(*loaded), Logits(model_)));
 }
 

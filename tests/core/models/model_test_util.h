@@ -39,7 +39,7 @@ inline void Randomize(torch::nn::Module& module, uint64_t seed) {
 
 inline LoadedModel RandomLM(const PerformerLMConfig& config, uint64_t seed = 7) {
   LoadedModel m;
-  m.model_class = "PerformerLM";
+  m.model_class = models::ModelClass::kPerformerLM;
   m.lm = PerformerLM(config);
   Randomize(*m.lm, seed);
   m.lm->eval();

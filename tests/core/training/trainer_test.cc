@@ -261,7 +261,7 @@ TEST_F(TrainerTest, ExportedFolderLoadsAndReproducesTheTrainerLogits) {
   // What the server does: load the folder.
   absl::StatusOr<models::LoadedModel> loaded = models::LoadModelFolder(out);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->model_class, "PerformerLM");
+  EXPECT_EQ(loaded->model_class, models::ModelClass::kPerformerLM);
   nlohmann::json tokenizer = nlohmann::json::parse(std::ifstream(fs::path(out) / "tokenizer.json"));
   EXPECT_EQ(tokenizer, nlohmann::json({{"type", "byte"}}));
   torch::Tensor tokens = Data().validation().narrow(0, 0, 40).view({2, 20});

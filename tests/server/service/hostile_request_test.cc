@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/service/rpc_observer.h"
+#include "server/observer/rpc_observer.h"
 #include "tests/server/service/in_process_server.h"
 
 namespace performer::server {

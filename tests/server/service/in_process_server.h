@@ -75,8 +75,6 @@ class InProcessServer {
 
   // Drains and stops as server/main.cc does, each wait bounded.
   ~InProcessServer() {
-    service_->BeginDrain();
-    inference_service_->BeginDrain();
     repository_->BeginDrain();
     repository_->WaitIdle(absl::Seconds(10));
     repository_->Stop();

@@ -68,7 +68,7 @@ TEST(WriteThreads, AReactorListenerPumpsOnTheWriteThreadsAndMissesNoAppend) {
     // thread holds at most one pump waiting for the lock (its post flag
     // already cleared) and the queue one more, whatever the number of
     // appends; without the flag there would be one pump per append.
-    std::lock_guard<std::recursive_mutex> reactor(guard.mu());
+    ReactorLock reactor(guard.mu());
     for (int i = 0; i < kTokens; ++i) {
       StreamChunk chunk;
       chunk.token_ids.push_back(i);
