@@ -40,6 +40,7 @@ ABSL_FLAG(int64_t, max_request_id_bytes, 128,
           "Longest request_id a client may name (it is echoed in every streamed message).");
 ABSL_FLAG(int64_t, max_stop_strings, 16, "Most stop_strings one request may give.");
 ABSL_FLAG(int64_t, max_stop_string_bytes, 256, "Longest stop string, in bytes.");
+ABSL_FLAG(int64_t, max_stop_token_ids, 256, "Most stop_token_ids one request may give.");
 ABSL_FLAG(int64_t, max_prompt_bytes, int64_t{1} << 20,
           "Longest prompt_text / source_text / Embed text, in bytes (checked before tokenizing).");
 ABSL_FLAG(int32_t, max_concurrent_streams, 256,
@@ -173,6 +174,7 @@ absl::Status CheckRequestBounds(const RequestBounds& bounds) {
         std::make_tuple("max_request_id_bytes", bounds.max_request_id_bytes, int64_t{1}),
         std::make_tuple("max_stop_strings", bounds.max_stop_strings, int64_t{0}),
         std::make_tuple("max_stop_string_bytes", bounds.max_stop_string_bytes, int64_t{1}),
+        std::make_tuple("max_stop_token_ids", bounds.max_stop_token_ids, int64_t{0}),
         std::make_tuple("max_prompt_bytes", bounds.max_prompt_bytes, int64_t{1})}) {
     if (absl::Status s = CheckAtLeast(flag, value, least); !s.ok()) return s;
   }
@@ -275,6 +277,7 @@ RepositoryOptions RepositoryFromFlags() {
   bounds.max_request_id_bytes = absl::GetFlag(FLAGS_max_request_id_bytes);
   bounds.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   bounds.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  bounds.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
   bounds.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   engine.prefix_cache.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
   engine.prefix_cache.on_device = absl::GetFlag(FLAGS_prefix_cache_on_device);

@@ -191,6 +191,12 @@ absl::StatusOr<EncodedState> DecodeState(std::string_view bytes, const ModelFing
       data_bytes += elements * element_size;
       torch::Tensor t = torch::empty(sizes, dtype == 0 ? torch::kFloat : torch::kDouble);
       std::memcpy(t.data_ptr(), data.data(), data.size());
+      // No model state holds a NaN or an infinity: one that does was forged
+      // (the checksum is unkeyed) and would decode to garbage.
+      if (!torch::isfinite(t).all().item<bool>()) {
+        return Malformed(absl::StrCat("tensor ", j, " of layer ", i,
+                                      " holds a non-finite value (NaN or infinity)"));
+      }
       tensors.push_back(std::move(t));
     }
     state.snapshot.layers.push_back(std::move(tensors));

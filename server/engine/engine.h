@@ -140,7 +140,8 @@ class Engine {
   // Writes every session to the spill folder (SessionStore::SpillAll).
   absl::Status SpillSessions();
 
-  // Refuse new requests (UNAVAILABLE); running and queued ones go on.
+  // Refuse new requests (UNAVAILABLE, DrainingError); running ones go on,
+  // queued ones end at the next iteration with the same status.
   void BeginDrain();
   bool draining() const;
   // True once nothing is queued or running (or false at the timeout).

@@ -34,47 +34,37 @@ absl::Status ValidatePromptText(const std::string& text, const char* field,
   return absl::OkStatus();
 }
 
-absl::Status ValidateGenerationRequest(const GenerationRequest& r, const RequestLimits& limits) {
-  const RequestBounds& bounds = limits.bounds;
-  if (absl::Status s = ValidateRequestId(r.request_id, bounds.max_request_id_bytes); !s.ok()) {
-    return s;
-  }
-  if (r.prompt.empty()) {
-    return absl::InvalidArgumentError(
-        "prompt is empty: give prompt_text or prompt_tokens (for an encoder-decoder model, or "
-        "set the model's decoder_start_token_id)");
-  }
-  if (absl::Status s = decoding::CheckTokenIds(r.prompt, limits.vocab_size, "prompt_tokens");
-      !s.ok()) {
-    return s;
-  }
-  if (limits.needs_source) {
-    if (r.source.empty()) {
-      return absl::InvalidArgumentError(
-          "source_text / source_tokens: an encoder-decoder model needs a non-empty source");
-    }
-    if (static_cast<int64_t>(r.source.size()) > limits.max_source_len) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("source_tokens: the source has ", r.source.size(),
-                       " tokens; the encoder's max_seq_len is ", limits.max_source_len));
-    }
-    if (absl::Status s =
-            decoding::CheckTokenIds(r.source, limits.source_vocab_size, "source_tokens");
-        !s.ok()) {
-      return s;
-    }
-  } else if (!r.source.empty()) {
+namespace {
+
+absl::Status ValidateSource(const GenerationRequest& r, const RequestLimits& limits) {
+  if (!limits.needs_source) {
+    if (r.source.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         "source_text / source_tokens: a decoder-only model takes no source");
   }
+  if (r.source.empty()) {
+    return absl::InvalidArgumentError(
+        "source_text / source_tokens: an encoder-decoder model needs a non-empty source");
+  }
+  if (static_cast<int64_t>(r.source.size()) > limits.max_source_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("source_tokens: the source has ", r.source.size(),
+                     " tokens; the encoder's max_seq_len is ", limits.max_source_len));
+  }
+  return decoding::CheckTokenIds(r.source, limits.source_vocab_size, "source_tokens");
+}
+
+// max_new_tokens against the server's bound and what fits after the prompt.
+absl::Status ValidateLength(const GenerationRequest& r, const RequestLimits& limits) {
   const int64_t max_new = r.sampling.max_new_tokens;
   if (max_new < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens must be at least 1 (0 = the model's default), got ", max_new));
   }
-  if (max_new > bounds.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_new_tokens ", max_new, " exceeds this server's limit of ", bounds.max_new_tokens));
+  if (max_new > limits.bounds.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", max_new,
+                                                   " exceeds this server's limit of ",
+                                                   limits.bounds.max_new_tokens));
   }
   const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
   // Written so that no sum or difference can overflow, whatever the limits.
@@ -85,12 +75,11 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
                      max_new, ") exceeds the model's max sequence length ", limits.max_seq_len,
                      "; at most ", room, " new tokens fit after this prompt"));
   }
-  if (absl::Status s = generation::ValidateSamplingParams(r.sampling, limits.vocab_size); !s.ok()) {
-    return s;
-  }
-  if (!r.session_id.empty()) {
-    if (absl::Status s = ValidateSessionId(r.session_id); !s.ok()) return s;
-  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateStopStrings(const GenerationRequest& r, const RequestLimits& limits) {
+  const RequestBounds& bounds = limits.bounds;
   const std::vector<std::string>& stops = r.sampling.stop_strings;
   if (static_cast<int64_t>(stops.size()) > bounds.max_stop_strings) {
     return absl::InvalidArgumentError(absl::StrCat("stop_strings: ", stops.size(),
@@ -109,6 +98,40 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
                                                    " has no tokenizer, so it produces no text"));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateGenerationRequest(const GenerationRequest& r, const RequestLimits& limits) {
+  const RequestBounds& bounds = limits.bounds;
+  if (absl::Status s = ValidateRequestId(r.request_id, bounds.max_request_id_bytes); !s.ok()) {
+    return s;
+  }
+  if (r.prompt.empty()) {
+    return absl::InvalidArgumentError(
+        "prompt is empty: give prompt_text or prompt_tokens (for an encoder-decoder model, or "
+        "set the model's decoder_start_token_id)");
+  }
+  if (absl::Status s = decoding::CheckTokenIds(r.prompt, limits.vocab_size, "prompt_tokens");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateSource(r, limits); !s.ok()) return s;
+  if (absl::Status s = ValidateLength(r, limits); !s.ok()) return s;
+  // Before the sampling checks, which read every id: the stop tokens are
+  // also compared with every generated token.
+  if (static_cast<int64_t>(r.sampling.stop_token_ids.size()) > bounds.max_stop_token_ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop_token_ids: ", r.sampling.stop_token_ids.size(),
+                     " ids; this server takes at most ", bounds.max_stop_token_ids));
+  }
+  if (absl::Status s = generation::ValidateSamplingParams(r.sampling, limits.vocab_size); !s.ok()) {
+    return s;
+  }
+  if (!r.session_id.empty()) {
+    if (absl::Status s = ValidateSessionId(r.session_id); !s.ok()) return s;
+  }
+  return ValidateStopStrings(r, limits);
 }
 
 }  // namespace performer::server

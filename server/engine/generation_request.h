@@ -54,6 +54,8 @@ struct RequestBounds {
   // request: their count and each one's length are bounded.
   int64_t max_stop_strings = 16;
   int64_t max_stop_string_bytes = 256;
+  // Stop token ids are compared with every generated token.
+  int64_t max_stop_token_ids = 256;
   // prompt_text / source_text, checked before they are tokenized.
   int64_t max_prompt_bytes = int64_t{1} << 20;
 };

@@ -5,8 +5,10 @@
 //
 // Policy, per iteration (Schedule):
 //   1. Queued requests that were cancelled or passed their deadline leave
-//      the queue (`dropped`); running sequences that were cancelled or
-//      passed their deadline are marked finished.
+//      the queue (`dropped`), and so do all of them once the scheduler
+//      drains (ended with DrainingError: their clients retry elsewhere at
+//      once); running sequences that were cancelled or passed their deadline
+//      are marked finished.
 //   2. Prefill chunks of at most prefill_chunk_tokens, under a budget of the
 //      same size and of max_prefills_per_step forwards (at least one chunk
 //      per iteration, so a prompt always progresses; the Batchable chunks
@@ -176,7 +178,8 @@ class Scheduler {
     return running_;
   }
 
-  // New submissions get UNAVAILABLE; queued and running requests go on.
+  // New submissions get UNAVAILABLE; running requests go on, and the next
+  // Schedule drops the queued ones with UNAVAILABLE.
   void BeginDrain();
   bool draining() const;
   // Wakes WaitForWork for good; new submissions get UNAVAILABLE.

@@ -25,7 +25,8 @@ grpc::Status InTerms(const grpc::Status& status) {
 // it; sets `record`'s model once known.
 absl::StatusOr<InferCall> Prepare(ModelRepository& repository, const ModelInferRequest& request,
                                   RpcRecord& record) {
-  record.request_id = request.id();
+  record.request_id = EchoedInferId(request.id(), repository.request_bounds());
+  if (absl::Status s = CheckInferId(request.id(), repository.request_bounds()); !s.ok()) return s;
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, request.model_name());
   if (!model.ok()) return model.status();
   record.model = (*model)->name;
@@ -168,7 +169,8 @@ class InferenceService::StreamInfer final
     }
     if (!status.ok()) {
       ModelStreamInferResponse error;
-      FillStreamError(request.id(), call.ok() ? g->reply.model_name : request.model_name(), status,
+      FillStreamError(EchoedInferId(request.id(), service_.repository_.request_bounds()),
+                      call.ok() ? g->reply.model_name : BoundUserText(request.model_name()), status,
                       &error);
       errors_.push_back(std::move(error));
       g->scope.End(g->scope.Sent(status));

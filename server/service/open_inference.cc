@@ -43,7 +43,7 @@ absl::StatusOr<int64_t> ElementCount(const ModelInferRequest::InferInputTensor& 
   for (int64_t dim : input.shape()) {
     if (dim < 0 || dim > kMaxElements || count * dim > kMaxElements) {
       return Invalid(absl::StrCat("input ", BoundUserText(input.name())),
-                     absl::StrCat("shape [", absl::StrJoin(input.shape(), ","),
+                     absl::StrCat("shape [", BoundUserText(absl::StrJoin(input.shape(), ",")),
                                   "] is not a valid tensor shape"));
     }
     count *= dim;
@@ -108,7 +108,7 @@ absl::StatusOr<std::string> TextElement(const ModelInferRequest::InferInputTenso
   }
   if (count != 1 || elements.size() != 1) {
     return Invalid(what, absl::StrCat("holds ", elements.size(), " element(s) in shape [",
-                                      absl::StrJoin(input.shape(), ","),
+                                      BoundUserText(absl::StrJoin(input.shape(), ",")),
                                       "]; it takes one prompt (shape [1]): send one request "
                                       "per prompt"));
   }
@@ -137,8 +137,9 @@ absl::StatusOr<std::vector<int32_t>> IdElements(const ModelInferRequest::InferIn
     ids.assign(input.contents().int_contents().begin(), input.contents().int_contents().end());
   }
   if (static_cast<int64_t>(ids.size()) != count) {
-    return Invalid(what, absl::StrCat("shape [", absl::StrJoin(input.shape(), ","), "] declares ",
-                                      count, " element(s) but ", ids.size(), " were sent"));
+    return Invalid(
+        what, absl::StrCat("shape [", BoundUserText(absl::StrJoin(input.shape(), ",")),
+                           "] declares ", count, " element(s) but ", ids.size(), " were sent"));
   }
   return ids;
 }
@@ -335,7 +336,7 @@ absl::Status ApplyOutputs(const ModelInferRequest& request, const HostedModel& m
     return absl::OkStatus();
   }
   for (const auto& output : request.outputs()) {
-    const std::string what = absl::StrCat("output ", output.name());
+    const std::string what = absl::StrCat("output ", BoundUserText(output.name()));
     bool* wanted = nullptr;
     if (output.name() == kTextOutput && has_text) {
       wanted = &reply->text_output;
@@ -355,8 +356,20 @@ absl::Status ApplyOutputs(const ModelInferRequest& request, const HostedModel& m
 
 absl::Status CheckModelVersion(const HostedModel& model, const std::string& version) {
   if (version.empty() || version == kInferModelVersion) return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("model ", model.name, " has no version \"", version,
-                                          "\" (its only version is ", kInferModelVersion, ")"));
+  return absl::NotFoundError(absl::StrCat("model ", model.name, " has no version \"",
+                                          BoundUserText(version), "\" (its only version is ",
+                                          kInferModelVersion, ")"));
+}
+
+absl::Status CheckInferId(const std::string& id, const RequestBounds& bounds) {
+  if (static_cast<int64_t>(id.size()) <= bounds.max_request_id_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("id has ", id.size(), " bytes; at most ",
+                                                 bounds.max_request_id_bytes,
+                                                 " (it is echoed in every response)"));
+}
+
+std::string EchoedInferId(const std::string& id, const RequestBounds& bounds) {
+  return CheckInferId(id, bounds).ok() ? id : std::string();
 }
 
 absl::StatusOr<InferCall> ToGenerateRequest(const ModelInferRequest& request,

@@ -100,6 +100,7 @@ TEST_F(ServerConfigTest, EveryBoundIsChecked) {
       {"max_request_id_bytes", "0"},
       {"max_stop_strings", "-1"},
       {"max_stop_string_bytes", "0"},
+      {"max_stop_token_ids", "-1"},
       {"max_prompt_bytes", "0"},
       {"max_concurrent_streams", "0"},
       {"grpc_max_threads", "-1"},

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace performer::decoding {
@@ -38,6 +39,24 @@ TEST(StateEncodingTest, RoundTripIsExact) {
     for (size_t j = 0; j < state.snapshot.layers[i].size(); ++j) {
       EXPECT_TRUE(torch::equal(back->snapshot.layers[i][j], state.snapshot.layers[i][j]));
     }
+  }
+}
+
+// The checksum is not a key: a state with a valid checksum but NaNs or
+// infinities is refused rather than decoded into garbage tokens.
+TEST(StateEncodingTest, NonFiniteValuesAreRefused) {
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()}) {
+    EncodedState state = Sample();
+    state.snapshot.layers[2][0][1] = bad;
+    absl::StatusOr<std::string> bytes = EncodeState(Model(), state);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    const absl::Status status = DecodeState(*bytes, Model(), 1 << 20).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("tensor 0 of layer 2 holds a non-finite value"),
+              std::string::npos)
+        << status;
   }
 }
 

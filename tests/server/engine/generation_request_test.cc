@@ -20,6 +20,7 @@ RequestLimits Limits() {
   limits.bounds.max_request_id_bytes = 8;
   limits.bounds.max_stop_strings = 2;
   limits.bounds.max_stop_string_bytes = 4;
+  limits.bounds.max_stop_token_ids = 3;
   limits.bounds.max_new_tokens = 32;
   return limits;
 }
@@ -35,6 +36,7 @@ GenerationRequest Request() {
 TEST(ValidateGenerationRequestTest, AcceptsARequestWithinEveryBound) {
   GenerationRequest r = Request();
   r.sampling.stop_strings = {"ab", "cd"};
+  r.sampling.stop_token_ids = {4, 5, 6};
   EXPECT_TRUE(ValidateGenerationRequest(r, Limits()).ok());
 }
 
@@ -56,6 +58,14 @@ TEST(ValidateGenerationRequestTest, RefusesWhatPassesABoundNamingIt) {
   s = ValidateGenerationRequest(long_stop, Limits());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("stop_strings"), std::string::npos) << s;
+
+  GenerationRequest many_stop_tokens = Request();
+  many_stop_tokens.sampling.stop_token_ids = {4, 5, 6, 7};
+  s = ValidateGenerationRequest(many_stop_tokens, Limits());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("stop_token_ids: 4 ids; this server takes at most 3"),
+            std::string::npos)
+      << s;
 
   GenerationRequest too_many_new = Request();
   too_many_new.sampling.max_new_tokens = 33;

@@ -248,6 +248,25 @@ TEST(SchedulerTest, DeadlinesExpireQueuedAndRunningRequests) {
   EXPECT_EQ(scheduler.running()[0]->status.code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+// A drain refuses the queue at once (its clients retry on another replica)
+// and lets the running requests finish.
+TEST(SchedulerTest, DrainingDropsTheQueuedRequestsAtOnce) {
+  Scheduler scheduler(Options(/*capacity=*/1));
+  ASSERT_TRUE(scheduler.Submit(Seq("running", 1)).ok());
+  Feed(scheduler.Schedule(absl::Now()));
+  ASSERT_TRUE(scheduler.Submit(Seq("queued", 1)).ok());
+  scheduler.BeginDrain();
+  const IterationPlan plan = scheduler.Schedule(absl::Now());
+  ASSERT_EQ(plan.dropped.size(), 1u);
+  EXPECT_EQ(plan.dropped[0]->request.request_id, "queued");
+  EXPECT_EQ(plan.dropped[0]->finish, FinishReason::kError);
+  EXPECT_EQ(plan.dropped[0]->status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(scheduler.counts().queued, 0);
+  ASSERT_EQ(scheduler.running().size(), 1u);
+  EXPECT_EQ(scheduler.running()[0]->request.request_id, "running");
+  EXPECT_FALSE(scheduler.running()[0]->finished());
+}
+
 TEST(SchedulerTest, DrainWaitsForIdleAndStopHandsEverythingBack) {
   Scheduler scheduler(Options(/*capacity=*/1));
   ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());

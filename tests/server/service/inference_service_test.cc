@@ -418,6 +418,60 @@ TEST_F(InferenceServiceTest, AFailedRequestOnAStreamIsAnErrorResponseAndTheStrea
   EXPECT_EQ(text, Generate(kPrompt).text());
 }
 
+// The id is echoed in every response: one over --max_request_id_bytes is
+// refused (never echoed), and every field a client sends is quoted in an
+// error message at most kMaxQuotedUserBytes long (plus its length).
+TEST_F(InferenceServiceTest, UserTextIsBoundedInIdsAndErrors) {
+  const std::string huge(1 << 20, 'x');
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(TextRequest(kPrompt, huge), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("id has 1048576 bytes; at most 128"), std::string::npos)
+      << status.error_message();
+
+  inference::ModelInferRequest version = TextRequest(kPrompt, "version");
+  version.set_model_version(huge);
+  status = Infer(version, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(status.error_message().size(), 300u);
+  EXPECT_NE(status.error_message().find("(1048576 bytes)"), std::string::npos)
+      << status.error_message();
+
+  inference::ModelInferRequest output = TextRequest(kPrompt, "output");
+  output.add_outputs()->set_name(huge);
+  status = Infer(output, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(status.error_message().size(), 300u);
+
+  inference::ModelInferRequest shape = TextRequest(kPrompt, "shape");
+  // [1, 2, 1, 1, ...]: two elements declared, one sent.
+  shape.mutable_inputs(0)->add_shape(2);
+  for (int i = 0; i < 100000; ++i) shape.mutable_inputs(0)->add_shape(1);
+  status = Infer(shape, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(status.error_message().size(), 300u);
+
+  inference::ModelInferRequest unknown = TextRequest(kPrompt, "unknown");
+  unknown.set_model_name(huge);
+  const StreamResult result =
+      Stream({TextRequest(kPrompt, huge), unknown, TextRequest(kPrompt, "good")});
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  int errors = 0;
+  bool good_final = false;
+  for (const auto& r : result.responses) {
+    EXPECT_LT(r.ByteSizeLong(), 1000u);
+    if (!r.error_message().empty()) {
+      ++errors;
+      EXPECT_NE(r.infer_response().id(), huge);
+      continue;
+    }
+    EXPECT_EQ(r.infer_response().id(), "good");
+    good_final = good_final || IsFinal(r.infer_response());
+  }
+  EXPECT_EQ(errors, 2);
+  EXPECT_TRUE(good_final);
+}
+
 TEST_F(InferenceServiceTest, IdsAreEchoedNotRequiredToBeUnique) {
   // Two live requests with one id (the engine's ids are the server's own).
   const StreamResult result = Stream({TextRequest(kPrompt, "same"), TextRequest(kPrompt, "same")});
