@@ -59,6 +59,10 @@ ABSL_FLAG(bool, prefix_cache_on_device, true,
           "Keep the prefix-state cache in the model's device memory, which --prefix_cache_bytes "
           "then counts: on a GPU a device copy per cached prompt. false keeps it in host memory "
           "(on a GPU a transfer per prompt that waits for the device). On a CPU the same memory.");
+ABSL_FLAG(bool, prefix_cache_shared_across_callers, false,
+          "With --auth_tokens_file: whether callers (token names) share prefix-cache entries. "
+          "false gives each caller a cache of its own, so that cached_prompt_tokens cannot tell "
+          "one caller what another sent; true lets callers that trust each other share hits.");
 ABSL_FLAG(int64_t, prefix_cache_interval_tokens, 0,
           "Inside long prompts, keep a prefix state every this many tokens (a multiple of "
           "--prefill_chunk_tokens; 0 = the chunk size). Prompt ends are always kept.");
@@ -281,6 +285,8 @@ RepositoryOptions RepositoryFromFlags() {
   bounds.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   engine.prefix_cache.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
   engine.prefix_cache.on_device = absl::GetFlag(FLAGS_prefix_cache_on_device);
+  engine.prefix_cache.shared_across_callers =
+      absl::GetFlag(FLAGS_prefix_cache_shared_across_callers);
   const int64_t interval = absl::GetFlag(FLAGS_prefix_cache_interval_tokens);
   engine.prefix_cache.interval_tokens = interval == 0 ? engine.prefill_chunk_tokens : interval;
   engine.sessions.max_bytes = absl::GetFlag(FLAGS_session_bytes);

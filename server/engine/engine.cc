@@ -107,6 +107,11 @@ absl::Status Engine::Validate(const GenerationRequest& request) const {
   return ValidateGenerationRequest(request, limits_);
 }
 
+const std::string& Engine::PrefixScope(const ScheduledSequence& s) const {
+  static const std::string kShared;
+  return options_.prefix_cache.shared_across_callers ? kShared : s.request.owner;
+}
+
 bool Engine::ReusesStates() const {
   // A prefix or a session is keyed by decoder tokens alone: an
   // encoder-decoder's state also depends on its source.
@@ -152,7 +157,7 @@ absl::Status Engine::PrepareResume(ScheduledSequence& s) {
     }
   }
   // A prompt from the start (no request, or a new session): the prefix cache.
-  if (std::optional<PrefixHit> hit = prefix_cache_->Lookup(s.request.prompt)) {
+  if (std::optional<PrefixHit> hit = prefix_cache_->Lookup(s.request.prompt, PrefixScope(s))) {
     auto resume = std::make_shared<ResumePoint>();
     resume->state = hit->state;
     resume->logits = hit->logits;
@@ -418,12 +423,13 @@ class Engine::Iteration {
   // The state after prompt tokens [0, end), when the cache wants it.
   void CachePrefix(ScheduledSequence& s, size_t end, const torch::Tensor& logits) {
     PrefixStateCache& cache = *engine_.prefix_cache_;
-    if (!cache.Wants(s.request.prompt, end)) return;
+    const std::string& scope = engine_.PrefixScope(s);
+    if (!cache.Wants(s.request.prompt, end, scope)) return;
     absl::StatusOr<StateSnapshot> state = engine_.runner_->Snapshot(s);
     if (!state.ok()) return;
     cache.Insert(s.request.prompt, end,
                  engine_.options_.prefix_cache.on_device ? *std::move(state) : state->OnHost(),
-                 logits);
+                 logits, scope);
   }
 
   // One batched step over every sequence with a token to feed.

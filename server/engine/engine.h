@@ -169,6 +169,9 @@ class Engine {
   void Retire(ScheduledSequence& sequence);
   // Whether this engine's model can reuse states (decoder-only).
   bool ReusesStates() const;
+  // The prefix cache's scope of a sequence's prompt: its caller's, unless
+  // the cache is shared across callers (PrefixCacheOptions).
+  const std::string& PrefixScope(const ScheduledSequence& sequence) const;
 
   const std::string model_name_;
   const EngineOptions options_;

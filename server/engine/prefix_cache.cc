@@ -11,24 +11,29 @@ namespace performer::server {
 
 PrefixStateCache::PrefixStateCache(PrefixCacheOptions options) : options_(options) {}
 
-uint64_t PrefixStateCache::KeyOf(const std::vector<int64_t>& tokens, size_t length) {
+uint64_t PrefixStateCache::KeyOf(const std::string& scope, const std::vector<int64_t>& tokens,
+                                 size_t length) {
   return decoding::Fnv1a64(
-      std::string_view(reinterpret_cast<const char*>(tokens.data()), length * sizeof(int64_t)));
+      std::string_view(reinterpret_cast<const char*>(tokens.data()), length * sizeof(int64_t)),
+      decoding::Fnv1a64(scope));
 }
 
-PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::vector<int64_t>& prompt,
+PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::string& scope,
+                                                             const std::vector<int64_t>& prompt,
                                                              size_t length) {
-  auto [begin, end] = index_.equal_range(KeyOf(prompt, length));
+  auto [begin, end] = index_.equal_range(KeyOf(scope, prompt, length));
   for (auto it = begin; it != end; ++it) {
     const std::vector<int64_t>& tokens = it->second->tokens;
-    if (tokens.size() == length && std::equal(tokens.begin(), tokens.end(), prompt.begin())) {
+    if (it->second->scope == scope && tokens.size() == length &&
+        std::equal(tokens.begin(), tokens.end(), prompt.begin())) {
       return it->second;
     }
   }
   return lru_.end();
 }
 
-std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& prompt) {
+std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& prompt,
+                                                  const std::string& scope) {
   if (!enabled() || prompt.empty()) return std::nullopt;
   absl::MutexLock lock(&mu_);
   ++stats_.queries;
@@ -41,49 +46,53 @@ std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& pr
     stats_.cached_tokens += static_cast<int64_t>(it->tokens.size());
     return PrefixHit{it->tokens.size(), it->state, it->logits};
   };
-  if (auto it = FindLocked(prompt, prompt.size()); it != lru_.end() && it->logits.defined()) {
+  if (auto it = FindLocked(scope, prompt, prompt.size());
+      it != lru_.end() && it->logits.defined()) {
     return use(it);
   }
   const size_t interval = static_cast<size_t>(options_.interval_tokens);
   for (size_t length = (prompt.size() - 1) / interval * interval; length > 0; length -= interval) {
-    if (auto it = FindLocked(prompt, length); it != lru_.end()) return use(it);
+    if (auto it = FindLocked(scope, prompt, length); it != lru_.end()) return use(it);
   }
   return std::nullopt;
 }
 
-bool PrefixStateCache::Wants(const std::vector<int64_t>& prompt, size_t length) {
+bool PrefixStateCache::Wants(const std::vector<int64_t>& prompt, size_t length,
+                             const std::string& scope) {
   if (!enabled() || length == 0 || length > prompt.size()) return false;
   const bool end = length == prompt.size();
   if (!end && length % static_cast<size_t>(options_.interval_tokens) != 0) return false;
   absl::MutexLock lock(&mu_);
-  auto it = FindLocked(prompt, length);
+  auto it = FindLocked(scope, prompt, length);
   // An interval entry at a prompt's end still wants the logits.
   return it == lru_.end() || (end && !it->logits.defined());
 }
 
 void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
-                              StateSnapshot state, const torch::Tensor& logits) {
+                              StateSnapshot state, const torch::Tensor& logits,
+                              const std::string& scope) {
   if (!enabled() || length == 0 || length > prompt.size()) return;
   Entry entry;
+  entry.scope = scope;
   entry.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(length));
   if (length == prompt.size() && logits.defined()) {
     entry.logits = logits.detach().clone(at::MemoryFormat::Contiguous);
   }
-  entry.bytes = state.bytes() + static_cast<int64_t>(length * sizeof(int64_t)) +
+  entry.bytes = state.bytes() + static_cast<int64_t>(length * sizeof(int64_t) + scope.size()) +
                 (entry.logits.defined() ? entry.logits.numel() * entry.logits.element_size() : 0);
   entry.state = std::make_shared<const StateSnapshot>(std::move(state));
   if (entry.bytes > options_.max_bytes) return;
   absl::MutexLock lock(&mu_);
-  if (auto it = FindLocked(prompt, length); it != lru_.end()) EraseLocked(it);
+  if (auto it = FindLocked(scope, prompt, length); it != lru_.end()) EraseLocked(it);
   stats_.bytes += entry.bytes;
   ++stats_.entries;
   lru_.push_front(std::move(entry));
-  index_.emplace(KeyOf(prompt, length), lru_.begin());
+  index_.emplace(KeyOf(scope, prompt, length), lru_.begin());
   EvictLocked();
 }
 
 void PrefixStateCache::EraseLocked(Lru::iterator entry) {
-  auto [begin, end] = index_.equal_range(KeyOf(entry->tokens, entry->tokens.size()));
+  auto [begin, end] = index_.equal_range(KeyOf(entry->scope, entry->tokens, entry->tokens.size()));
   for (auto i = begin; i != end; ++i) {
     if (i->second == entry) {
       index_.erase(i);

@@ -17,6 +17,11 @@
 // therefore resumes from the longest cached interval prefix, not from the
 // other prompt's end (which a cold run passes in the middle of a chunk).
 //
+// Scopes: every entry belongs to a scope (the engine's is the caller, when
+// bearer tokens name callers), and a lookup sees only its own scope's
+// entries, so that a hit cannot tell one caller what another sent. The
+// scope "" is the one shared scope.
+//
 // LRU under a byte budget (states, logits and the keys' tokens); 0 turns the
 // cache off. Thread-safe.
 #pragma once
@@ -27,6 +32,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -52,12 +58,14 @@ class PrefixStateCache {
 
   bool enabled() const { return options_.max_bytes > 0; }
 
-  // The longest usable cached prefix of `prompt` (counted as a query).
-  std::optional<PrefixHit> Lookup(const std::vector<int64_t>& prompt);
+  // The longest usable cached prefix of `prompt` in `scope` (counted as a
+  // query).
+  std::optional<PrefixHit> Lookup(const std::vector<int64_t>& prompt,
+                                  const std::string& scope = "");
 
-  // Whether the state after prompt[0, length) should be kept: an interval
-  // boundary or the prompt's end, not cached yet.
-  bool Wants(const std::vector<int64_t>& prompt, size_t length);
+  // Whether the state after prompt[0, length) should be kept in `scope`: an
+  // interval boundary or the prompt's end, not cached there yet.
+  bool Wants(const std::vector<int64_t>& prompt, size_t length, const std::string& scope = "");
   // Keeps the state after prompt[0, length); `logits` [vocab] (the logits
   // after the last token) are kept when length is the whole prompt, as a
   // copy on their own device: a hit's logits are sampled with those of the
@@ -65,12 +73,13 @@ class PrefixStateCache {
   // Evicts the least recently used entries to stay under the budget; an
   // entry larger than the whole budget is not kept.
   void Insert(const std::vector<int64_t>& prompt, size_t length, StateSnapshot state,
-              const torch::Tensor& logits);
+              const torch::Tensor& logits, const std::string& scope = "");
 
   PrefixCacheStats Stats() const;
 
  private:
   struct Entry {
+    std::string scope;
     std::vector<int64_t> tokens;
     std::shared_ptr<const StateSnapshot> state;
     torch::Tensor logits;  // defined for a prompt's end
@@ -79,9 +88,10 @@ class PrefixStateCache {
   using Lru = std::list<Entry>;
 
   // Hash of tokens[0, length) (the key; entries compare their tokens too).
-  static uint64_t KeyOf(const std::vector<int64_t>& tokens, size_t length);
-  Lru::iterator FindLocked(const std::vector<int64_t>& prompt, size_t length)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static uint64_t KeyOf(const std::string& scope, const std::vector<int64_t>& tokens,
+                        size_t length);
+  Lru::iterator FindLocked(const std::string& scope, const std::vector<int64_t>& prompt,
+                           size_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(Lru::iterator entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

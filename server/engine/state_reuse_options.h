@@ -21,6 +21,11 @@ struct PrefixCacheOptions {
   // to the host that waits for the device (docs/gpu.md#serving). false keeps
   // them in host memory. On a CPU the two are the same memory.
   bool on_device = true;
+  // Whether callers share entries. false: each caller (the bearer token's
+  // name, GenerationRequest::owner) has a cache of its own, so that a hit
+  // (cached_prompt_tokens) cannot tell one caller whether another sent a
+  // prompt. Without bearer tokens every caller is the same anonymous one.
+  bool shared_across_callers = false;
 };
 
 struct PrefixCacheStats {

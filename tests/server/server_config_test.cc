@@ -149,6 +149,13 @@ TEST_F(ServerConfigTest, PortsAreTcpPorts) {
   EXPECT_EQ(Refusal(), "");
 }
 
+TEST_F(ServerConfigTest, HostMustNameAnAddress) {
+  Set("host", "");
+  EXPECT_EQ(Refusal(), "--host must name an address");
+  Set("host", "::1");
+  EXPECT_EQ(Refusal(), "");
+}
+
 TEST_F(ServerConfigTest, MaxMessageBytesFitsGrpcsInt) {
   Set("max_message_bytes", "4294967296");
   EXPECT_NE(Refusal().find("--max_message_bytes must be 1 to 2147483647, got 4294967296"),

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 namespace performer::server {
@@ -32,6 +33,26 @@ TEST(PrefixCacheTest, OffCachesNothing) {
   cache.Insert(Tokens(8), 8, State(8), torch::zeros({3}));
   EXPECT_FALSE(cache.Lookup(Tokens(8)).has_value());
   EXPECT_EQ(cache.Stats().queries, 0);
+}
+
+TEST(PrefixCacheTest, ScopesSeeOnlyTheirOwnEntries) {
+  PrefixStateCache cache({1 << 20, 4});
+  const std::vector<int64_t> prompt = Tokens(10);
+  cache.Insert(prompt, 4, State(4), torch::Tensor(), "alice");
+  cache.Insert(prompt, 10, State(10), torch::ones({3}), "alice");
+  EXPECT_FALSE(cache.Lookup(prompt, "bob").has_value());
+  EXPECT_FALSE(cache.Lookup(prompt).has_value());  // the shared scope ""
+  EXPECT_TRUE(cache.Wants(prompt, 4, "bob"));
+  EXPECT_FALSE(cache.Wants(prompt, 4, "alice"));
+  std::optional<PrefixHit> hit = cache.Lookup(prompt, "alice");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 10u);
+  // Both scopes may hold the same prefix.
+  cache.Insert(prompt, 4, State(4), torch::Tensor(), "bob");
+  hit = cache.Lookup(prompt, "bob");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 4u);
+  EXPECT_EQ(cache.Stats().entries, 3);
 }
 
 TEST(PrefixCacheTest, WantsIntervalBoundariesAndPromptEnds) {

@@ -112,6 +112,28 @@ TEST_F(StateReuseTest, ARepeatedPromptResumesFromItsEndWithTheColdTokens) {
   EXPECT_EQ(cold->Stats().prefix_cache.queries, 0);
 }
 
+// A hit tells its caller that the prompt was sent before: each caller (a
+// bearer token's name) sees only the states of its own prompts, unless the
+// cache is shared across callers.
+TEST_F(StateReuseTest, CachedPrefixesAreScopedToTheirCallerUnlessShared) {
+  const std::vector<int64_t> prompt = LongPrompt(40);
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared" : "per caller");
+    EngineOptions options = CacheOn();
+    options.prefix_cache.shared_across_callers = shared;
+    std::unique_ptr<Engine> engine = MakeEngine(options);
+    GenerationRequest first = Request("a", prompt, 4);
+    first.owner = "alice";
+    (void)RunToEnd(*engine, std::move(first));
+    GenerationRequest other = Request("b", prompt, 4);
+    other.owner = "bob";
+    EXPECT_EQ(RunToEnd(*engine, std::move(other)).summary.cached_prompt_tokens, shared ? 40 : 0);
+    GenerationRequest again = Request("c", prompt, 4);
+    again.owner = "alice";
+    EXPECT_EQ(RunToEnd(*engine, std::move(again)).summary.cached_prompt_tokens, 40);
+  }
+}
+
 TEST_F(StateReuseTest, AnExtendedPromptResumesFromTheLastChunkBoundary) {
   std::unique_ptr<Engine> cold = MakeEngine(CacheOff());
   std::unique_ptr<Engine> cached = MakeEngine(CacheOn());
