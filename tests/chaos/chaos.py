@@ -14,8 +14,10 @@ busy, nothing queued, open fds at their idle count):
   soak       a steady load of `capacity` clients for --soak_seconds; RSS and
              open fds sampled each second, their slopes reported.
   sigterm    a full server (every slot and queue place taken) gets SIGTERM:
-             every admitted request completes (0 lost), new ones get
-             UNAVAILABLE, the process exits 0.
+             every request holding a slot completes (0 lost), every queued
+             one gets UNAVAILABLE at once (its client retries elsewhere
+             rather than wait out the drain), new ones get UNAVAILABLE, the
+             process exits 0.
   sigkill    SIGKILL under load, then a restart on the same port: clients
              see UNAVAILABLE and their retries succeed.
 
@@ -326,7 +328,9 @@ class Run:
 
     def sigterm(self):
         results = [None] * CAPACITY
+        ended = [None] * CAPACITY  # seconds after SIGTERM
         started = threading.Barrier(CAPACITY + 1)
+        sigterm_at = [None]
 
         def client(k):
             started.wait(30)
@@ -338,6 +342,8 @@ class Run:
                 results[k] = "ok" if len(tokens) == DRAIN_TOKENS else "short"
             except grpc.RpcError as e:
                 results[k] = str(e.code())
+            if sigterm_at[0] is not None:
+                ended[k] = time.monotonic() - sigterm_at[0]
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(CAPACITY)]
         for t in threads:
@@ -346,6 +352,7 @@ class Run:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and sum(self.model_counts()) < CAPACITY:
             time.sleep(0.005)
+        sigterm_at[0] = time.monotonic()
         self.server.signal(signal.SIGTERM)
         # Once the server reports NOT_SERVING it is draining.
         health = health_pb2_grpc.HealthStub(self.server.channel)
@@ -363,11 +370,25 @@ class Run:
         for t in threads:
             t.join(120)
         code = self.server.wait(60)
-        lost = sum(1 for r in results if r != "ok")
-        self.figure("sigterm", "admitted / completed / lost", "%d / %d / %d"
-                    % (CAPACITY, CAPACITY - lost, lost))
+        completed = [k for k, r in enumerate(results) if r == "ok"]
+        refused = [k for k, r in enumerate(results) if r == "StatusCode.UNAVAILABLE"]
+        lost = CAPACITY - len(completed) - len(refused)
+        completed_at = max((ended[k] or 0.0) for k in completed) if completed else 0.0
+        refused_at = max((ended[k] or 0.0) for k in refused) if refused else 0.0
+        self.figure("sigterm", "admitted / completed / refused while queued / lost",
+                    "%d / %d / %d / %d" % (CAPACITY, len(completed), len(refused), lost))
+        self.figure("sigterm", "last queued refusal / last completion, s after SIGTERM",
+                    "%.2f / %.2f" % (refused_at, completed_at))
         self.figure("sigterm", "a request after SIGTERM / exit code", "%s / %s" % (late, code))
-        self.check(lost == 0, "sigterm: admitted requests lost: %s" % results)
+        self.check(lost == 0, "sigterm: requests lost: %s" % results)
+        self.check(len(completed) >= SLOTS,
+                   "sigterm: a request holding a slot did not complete: %s" % results)
+        # The queue was full at SIGTERM: its requests are refused, not served
+        # (a request admitted meanwhile, as a slot freed, may complete).
+        self.check(len(refused) >= 1, "sigterm: no queued request was refused: %s" % results)
+        self.check(not refused or refused_at < completed_at,
+                   "sigterm: queued requests waited for the drain (refused %.2f s, last "
+                   "completion %.2f s after SIGTERM)" % (refused_at, completed_at))
         self.check(late == "StatusCode.UNAVAILABLE", "sigterm: a new request got %s" % late)
         self.check(code == 0, "sigterm: exit code %s" % code)
 
