@@ -436,7 +436,6 @@ class Engine::Iteration {
   void DecodeStep() {
     const std::vector<ScheduledSequence*> batch = engine_.scheduler_->DecodeBatch();
     if (batch.empty()) return;
-    stepped_ = true;
     const absl::Time start = absl::Now();
     stats_.batch_size = static_cast<int64_t>(batch.size());
     absl::StatusOr<torch::Tensor> logits = engine_.runner_->Step(batch);
@@ -456,11 +455,12 @@ class Engine::Iteration {
   void End() {
     engine_.generated_tokens_.fetch_add(stats_.tokens);
     const EngineOptions& options = engine_.options_;
-    if (options.observer != nullptr && (stats_.prefills > 0 || stepped_)) {
+    const bool stepped = stats_.batch_size > 0;
+    if (options.observer != nullptr && (stats_.prefills > 0 || stepped)) {
       options.observer->OnStep(stats_);
     }
     for (auto& s : engine_.scheduler_->Retire()) engine_.Retire(*s);
-    if (options.step_delay > absl::ZeroDuration() && stepped_) absl::SleepFor(options.step_delay);
+    if (options.step_delay > absl::ZeroDuration() && stepped) absl::SleepFor(options.step_delay);
     engine_.scheduler_->NoteIterationEnd(absl::Now());
   }
 
@@ -468,7 +468,6 @@ class Engine::Iteration {
   EngineStepStats stats_;
   std::vector<ScheduledSequence*> completed_;
   std::vector<torch::Tensor> completed_logits_;
-  bool stepped_ = false;  // a decode step ran
 };
 
 void Engine::RunIteration() { Iteration(*this).Run(); }

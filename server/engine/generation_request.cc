@@ -16,10 +16,11 @@ absl::Status ValidateSessionId(const std::string& session_id) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateRequestId(const std::string& request_id, int64_t max_bytes) {
+absl::Status ValidateRequestId(const std::string& request_id, int64_t max_bytes,
+                               const char* field) {
   if (static_cast<int64_t>(request_id.size()) > max_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("request_id has ", request_id.size(), " bytes; at most ", max_bytes));
+        absl::StrCat(field, " has ", request_id.size(), " bytes; at most ", max_bytes));
   }
   return absl::OkStatus();
 }

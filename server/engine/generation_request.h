@@ -85,9 +85,11 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& request,
 // INVALID_ARGUMENT naming session_id otherwise.
 absl::Status ValidateSessionId(const std::string& session_id);
 
-// A request id named by a client (Cancel, or a request's own): at most
-// `max_bytes`; INVALID_ARGUMENT naming request_id otherwise.
-absl::Status ValidateRequestId(const std::string& request_id, int64_t max_bytes);
+// A request id named by a client (Cancel, a request's own, a KServe
+// request's `id`): at most `max_bytes`; INVALID_ARGUMENT naming `field`
+// otherwise.
+absl::Status ValidateRequestId(const std::string& request_id, int64_t max_bytes,
+                               const char* field = "request_id");
 
 // prompt_text / source_text before it is tokenized: at most
 // bounds.max_prompt_bytes; INVALID_ARGUMENT naming `field` otherwise.

@@ -26,7 +26,11 @@ grpc::Status InTerms(const grpc::Status& status) {
 absl::StatusOr<InferCall> Prepare(ModelRepository& repository, const ModelInferRequest& request,
                                   RpcRecord& record) {
   record.request_id = EchoedInferId(request.id(), repository.request_bounds());
-  if (absl::Status s = CheckInferId(request.id(), repository.request_bounds()); !s.ok()) return s;
+  if (absl::Status s =
+          ValidateRequestId(request.id(), repository.request_bounds().max_request_id_bytes, "id");
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, request.model_name());
   if (!model.ok()) return model.status();
   record.model = (*model)->name;

@@ -361,15 +361,8 @@ absl::Status CheckModelVersion(const HostedModel& model, const std::string& vers
                                           kInferModelVersion, ")"));
 }
 
-absl::Status CheckInferId(const std::string& id, const RequestBounds& bounds) {
-  if (static_cast<int64_t>(id.size()) <= bounds.max_request_id_bytes) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("id has ", id.size(), " bytes; at most ",
-                                                 bounds.max_request_id_bytes,
-                                                 " (it is echoed in every response)"));
-}
-
 std::string EchoedInferId(const std::string& id, const RequestBounds& bounds) {
-  return CheckInferId(id, bounds).ok() ? id : std::string();
+  return static_cast<int64_t>(id.size()) <= bounds.max_request_id_bytes ? id : std::string();
 }
 
 absl::StatusOr<InferCall> ToGenerateRequest(const ModelInferRequest& request,

@@ -53,11 +53,10 @@ struct InferCall {
 // NOT_FOUND unless `version` is empty or the model's only version.
 absl::Status CheckModelVersion(const HostedModel& model, const std::string& version);
 
-// A request's id is echoed in every response (and logged): INVALID_ARGUMENT
-// when it has more than bounds.max_request_id_bytes (--max_request_id_bytes,
-// the bound of performer.v1's request_id). EchoedInferId is the id an answer
-// may echo: the id, or "" for one over the bound.
-absl::Status CheckInferId(const std::string& id, const RequestBounds& bounds);
+// A request's id is echoed in every response (and logged), so it has the
+// bound of performer.v1's request_id (--max_request_id_bytes; checked with
+// ValidateRequestId). The id an answer may echo: the id, or "" for one over
+// the bound.
 std::string EchoedInferId(const std::string& id, const RequestBounds& bounds);
 
 // The request as a generation of `model`: its inputs decoded (contents or
