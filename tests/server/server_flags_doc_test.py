@@ -7,7 +7,7 @@ once each, with the same defaults (written for people: `empty`, `off`, `1 GiB`, 
 without a row, a row for a flag that is gone, or a default changed on one side only fails.
 
 Run: python3 tests/server/server_flags_doc_test.py PERFORMER_SERVE [SERVING_MD]
-(ctest unit.server_flags_doc).
+(ctest integration.server_flags_doc).
 """
 
 import os

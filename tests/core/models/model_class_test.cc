@@ -15,7 +15,7 @@ TEST(ModelClassTest, NamesRoundTrip) {
     ASSERT_TRUE(ParseModelClass(name).has_value()) << name;
     EXPECT_EQ(*ParseModelClass(name), c) << name;
   }
-  EXPECT_EQ(ModelClassName(ModelClass::kPerformerEncDec), "PerformerEncDec");
+  EXPECT_STREQ(ModelClassName(ModelClass::kPerformerEncDec), "PerformerEncDec");
 }
 
 TEST(ModelClassTest, OtherNamesAreNotClasses) {
