@@ -103,7 +103,8 @@ std::vector<int64_t> Message(int user, int turn, int length) {
   return out;
 }
 
-GenerationRequest Request(std::vector<int64_t> prompt, const std::string& session) {
+GenerationRequest Request(std::vector<int64_t> prompt, const std::string& session,
+                          bool create_session) {
   static int next_id = 0;
   GenerationRequest r;
   r.request_id = absl::StrCat("r", next_id++);
@@ -111,6 +112,7 @@ GenerationRequest Request(std::vector<int64_t> prompt, const std::string& sessio
   r.sampling = generation::SamplingParams::Greedy();
   r.sampling.max_new_tokens = absl::GetFlag(FLAGS_reply_tokens);
   r.session_id = session;
+  r.create_session = create_session;
   return r;
 }
 
@@ -148,7 +150,7 @@ WayResult RunChat(Engine& engine, Way way) {
         } else {
           session = absl::StrCat("run", run, "-user", user);
         }
-        results[u] = Run(engine, Request(std::move(prompt), session));
+        results[u] = Run(engine, Request(std::move(prompt), session, turn == 0));
       });
     }
     for (std::thread& t : clients) t.join();
@@ -156,7 +158,10 @@ WayResult RunChat(Engine& engine, Way way) {
       const size_t u = static_cast<size_t>(user);
       const StreamSummary& s = results[u].summary;
       out.ttft.push_back(s.time_to_first_token_seconds);
-      out.sent += s.prompt_tokens;
+      // A session turn's prompt_tokens count its history too; the client
+      // sent only the message.
+      out.sent += way == Way::kHistory ? s.prompt_tokens
+                                       : static_cast<int64_t>(messages[u].size());
       out.prefilled += s.prompt_tokens - s.cached_prompt_tokens;
       history[u].insert(history[u].end(), messages[u].begin(), messages[u].end());
       history[u].insert(history[u].end(), results[u].tokens.begin(), results[u].tokens.end());
@@ -210,8 +215,8 @@ int Main() {
   for (int i = 0; i < absl::GetFlag(FLAGS_long_prompt_tokens); ++i) {
     prompt.push_back(Message(i / 100, i, 1)[0] + i % 3);
   }
-  const Result cold = Run(*engine, Request(prompt, ""));
-  const Result warm = Run(*engine, Request(prompt, ""));
+  const Result cold = Run(*engine, Request(prompt, "", false));
+  const Result warm = Run(*engine, Request(prompt, "", false));
   std::printf(
       "\nrepeated %zu-token prompt: cold TTFT %.1f ms, cached TTFT %.1f ms (%.1fx), cached prompt "
       "tokens %lld, same tokens: %s\n",

@@ -41,12 +41,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -62,9 +64,11 @@
 #include "server/security/secret_token.h"
 #include "server/security/tls_credentials.h"
 #include "server/security/token_authenticator.h"
+#include "server/security/token_file.h"
 #include "server/server_config.h"
 #include "server/service/generation_service.h"
 #include "server/service/inference_service.h"
+#include "server/service/session_peers.h"
 #include "server/service/unparsable_request.h"
 
 namespace {
@@ -83,6 +87,7 @@ using performer::server::SecretToken;
 using performer::server::SecurityConfig;
 using performer::server::ServerConfig;
 using performer::server::ServerMetrics;
+using performer::server::SessionPeers;
 using performer::server::TlsFiles;
 using performer::server::TokenAuthenticator;
 namespace level = spdlog::level;
@@ -189,7 +194,38 @@ sigset_t BlockServingSignals() {
 struct Credentials {
   std::unique_ptr<TokenAuthenticator> tokens;  // null: no bearer tokens
   std::unique_ptr<SecretToken> metrics_token;  // null: /metrics is open
+  // The peers sessions move from, with what this replica presents to them;
+  // null: none.
+  std::unique_ptr<SessionPeers> session_peers;
 };
+
+// --session_peers and the files it is called with.
+absl::StatusOr<std::unique_ptr<SessionPeers>> LoadSessionPeers(const ServerConfig& config) {
+  const performer::server::SessionPeerConfig& peers = config.session_peers;
+  if (peers.peers.empty()) return nullptr;
+  performer::server::SessionPeerOptions options;
+  options.peers = peers.peers;
+  options.timeout = peers.timeout;
+  for (auto [flag, path, target] :
+       {std::make_tuple("--session_peer_token_file", peers.token_file, &options.token),
+        std::make_tuple("--session_peer_ca_file", peers.ca_file, &options.ca_pem),
+        std::make_tuple("--tls_cert_file", peers.ca_file.empty() ? "" : config.security.tls.cert_file,
+                        &options.cert_pem),
+        std::make_tuple("--tls_key_file", peers.ca_file.empty() ? "" : config.security.tls.key_file,
+                        &options.key_pem)}) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> text = performer::server::ReadSecretFile(path);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(), absl::StrCat(flag, ": ", text.status().message()));
+    }
+    *target = *std::move(text);
+  }
+  // A token file ends with a newline; the header carries the token alone.
+  while (!options.token.empty() && absl::ascii_isspace(options.token.back())) {
+    options.token.pop_back();
+  }
+  return std::make_unique<SessionPeers>(std::move(options));
+}
 
 absl::StatusOr<Credentials> LoadCredentials(const ServerConfig& config) {
   Credentials credentials;
@@ -223,6 +259,9 @@ absl::StatusOr<Credentials> LoadCredentials(const ServerConfig& config) {
     }
     credentials.metrics_token = *std::move(loaded);
   }
+  absl::StatusOr<std::unique_ptr<SessionPeers>> peers = LoadSessionPeers(config);
+  if (!peers.ok()) return peers.status();
+  credentials.session_peers = *std::move(peers);
   return credentials;
 }
 
@@ -522,6 +561,7 @@ int Run() {
   service_options.tokens = credentials->tokens.get();
   service_options.max_priority_unprivileged = config->security.max_priority_unprivileged;
   service_options.security_observer = &metrics;
+  service_options.peers = credentials->session_peers.get();
   performer::server::RequestLog request_log;
   service_options.observers = {&metrics, &request_log};
   ExposeMetrics(metrics, **repository, config->liveness_stall, exposer->get());
@@ -530,6 +570,7 @@ int Run() {
   absl::StatusOr<GrpcServer> grpc = StartGrpc(
       *config, *credentials, metrics, {&service, &inference_service}, service_options.observers);
   if (!grpc.ok()) return Fail(1, std::string(grpc.status().message()));
+  if (service_options.peers != nullptr) service_options.peers->SetSelfPort(grpc->port);
   grpc::HealthCheckServiceInterface& health = *grpc->server->GetHealthCheckService();
   SetReadiness(health, **repository, true);
   health.SetServingStatus(kLivenessName, true);

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/service/session_peers.h"
 
 #ifndef PERFORMER_DEFAULT_MODEL_REPOSITORY
 #define PERFORMER_DEFAULT_MODEL_REPOSITORY "models"
@@ -76,6 +77,22 @@ ABSL_FLAG(std::string, state_spill_dir, "",
           "Folder for sessions that leave memory (one subfolder per model): idle ones past "
           "--session_bytes, and all of them at shutdown, so that a restarted server or another "
           "replica mounting the folder continues them. Empty = none.");
+ABSL_FLAG(bool, session_persist, false,
+          "Write each session to --state_spill_dir after every turn (a writer thread, off the "
+          "decode loop), so that a replica killed without a drain (SIGKILL, a lost node) loses no "
+          "session: another replica sharing the folder continues it.");
+ABSL_FLAG(std::vector<std::string>, session_peers, {},
+          "Peer replicas a session not held here is moved from (TakeSession), comma-separated: "
+          "host:port, or dns:///name:port for every address of a name (a Kubernetes headless "
+          "Service). This replica's own address is left out. Empty = sessions do not move in.");
+ABSL_FLAG(std::string, session_peer_token_file, "",
+          "File holding the bearer token presented to peers; where they check tokens, it needs "
+          "the \"peer\" permission.");
+ABSL_FLAG(std::string, session_peer_ca_file, "",
+          "PEM roots of the peers' certificates: peers are called over TLS (presenting "
+          "--tls_cert_file, for mutual TLS, when set). Empty = plaintext.");
+ABSL_FLAG(absl::Duration, session_peer_timeout, absl::Seconds(2),
+          "How long one peer may take to hand over a session.");
 ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
           "Generated tokens a streaming client may fall behind before its stream is ended "
           "with RESOURCE_EXHAUSTED.");
@@ -130,7 +147,7 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
           "these CAs is refused at the handshake. Needs --tls_cert_file.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "Bearer tokens, one per line: <token> [<name> [<permission>,...]] (permissions: "
-          "priority, cancel_any, admin; docs/serving.md#security). Every call but "
+          "priority, cancel_any, peer, admin; docs/serving.md#security). Every call but "
           "grpc.health.v1.Health then needs \"authorization: Bearer <token>\", else "
           "UNAUTHENTICATED. Re-read on SIGHUP and on change.");
 ABSL_FLAG(int32_t, max_priority_unprivileged, 0,
@@ -199,6 +216,9 @@ absl::Status CheckEngine(const RepositoryOptions& repository) {
   }
   if (engine.sessions.ttl < absl::Seconds(1)) {
     return Invalid("--session_ttl_seconds must be at least 1");
+  }
+  if (engine.sessions.persist && engine.sessions.spill_dir.empty()) {
+    return Invalid("--session_persist needs --state_spill_dir, the folder it writes to");
   }
   // A cached prefix must end where a cold prefill ends a chunk, so that
   // resuming from it gives the same tokens.
@@ -292,6 +312,7 @@ RepositoryOptions RepositoryFromFlags() {
   engine.sessions.max_bytes = absl::GetFlag(FLAGS_session_bytes);
   engine.sessions.ttl = absl::Seconds(absl::GetFlag(FLAGS_session_ttl_seconds));
   engine.sessions.spill_dir = absl::GetFlag(FLAGS_state_spill_dir);
+  engine.sessions.persist = absl::GetFlag(FLAGS_session_persist);
   return options;
 }
 
@@ -340,6 +361,16 @@ SecurityConfig SecurityFromFlags() {
   return security;
 }
 
+absl::Status CheckSessionPeers(const SessionPeerConfig& peers) {
+  for (const std::string& entry : peers.peers) {
+    if (absl::Status s = ValidatePeerEntry(entry); !s.ok()) return s;
+  }
+  if (peers.timeout <= absl::ZeroDuration()) {
+    return Invalid("--session_peer_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string GrpcConfig::Address(int32_t port_number) const {
@@ -361,6 +392,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
     return s;
   }
   if (absl::Status s = CheckSecurity(config.security); !s.ok()) return s;
+  if (absl::Status s = CheckSessionPeers(config.session_peers); !s.ok()) return s;
   if (absl::Status s = CheckAtLeast("stream_buffer_tokens", config.stream_buffer_tokens, 1);
       !s.ok()) {
     return s;
@@ -391,6 +423,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (!metrics.ok()) return metrics.status();
   config.metrics = *std::move(metrics);
   config.security = SecurityFromFlags();
+  config.session_peers.peers = absl::GetFlag(FLAGS_session_peers);
+  config.session_peers.token_file = absl::GetFlag(FLAGS_session_peer_token_file);
+  config.session_peers.ca_file = absl::GetFlag(FLAGS_session_peer_ca_file);
+  config.session_peers.timeout = absl::GetFlag(FLAGS_session_peer_timeout);
   if (absl::Status s = ValidateServerConfig(config); !s.ok()) return s;
   return config;
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +57,15 @@ struct SecurityConfig {
   bool tls_on() const { return !tls.cert_file.empty(); }
 };
 
+// Where sessions this replica does not hold are moved from
+// (server/service/session_peers.h).
+struct SessionPeerConfig {
+  std::vector<std::string> peers;  // host:port or dns:///name:port; empty = none
+  std::string token_file;          // bearer token presented to peers
+  std::string ca_file;             // roots of the peers' certificates; "" = plaintext
+  absl::Duration timeout = absl::Seconds(2);
+};
+
 struct ServerConfig {
   std::string model_repository;
   std::string default_model;
@@ -69,6 +79,7 @@ struct ServerConfig {
   GrpcConfig grpc;
   MetricsConfig metrics;
   SecurityConfig security;
+  SessionPeerConfig session_peers;
 };
 
 // --log_format and --log_level, read apart from the rest so that the server

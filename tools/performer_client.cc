@@ -8,6 +8,13 @@
 //                          then a summary line on stderr
 //     embed TEXT...        prints the vector(s)
 //     cancel REQUEST_ID    cancels a running or queued request
+//     export --session=ID --out=FILE   the session's state bytes (- = stdout)
+//     import --session=ID --in=FILE    creates or replaces the session from them
+//     delete --session=ID              forgets the session
+//
+// generate --session=ID continues session ID (--create_session starts it);
+// the id goes both in the request and as the "x-session-id" metadata, on
+// which a proxy routes, and so must be printable ASCII.
 //
 // --json prints the response messages as JSON (one object per line; one per
 // streamed message for generate) with the .proto field names. Errors print
@@ -20,14 +27,17 @@
 // accumulate a repeated --stop.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -68,7 +78,8 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(bool, json, false, "Print the response messages as JSON, one object per line.");
 ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(),
           "Deadline of each call, e.g. 30s or 500ms; 0 = none.");
-ABSL_FLAG(std::string, model, "", "Model name (generate, embed); empty = the default model.");
+ABSL_FLAG(std::string, model, "",
+          "Model name (generate, embed, export, import, delete); empty = the default model.");
 
 // generate.
 ABSL_FLAG(std::string, request_id, "", "Request id (to Cancel it from elsewhere); empty = new.");
@@ -96,6 +107,16 @@ ABSL_FLAG(bool, ignore_eos, false, "Do not stop at the model's eos token.");
 ABSL_FLAG(bool, unary, false, "Use the unary Generate call instead of GenerateStream.");
 ABSL_FLAG(int32_t, priority, 0, "Queue priority (higher is admitted first).");
 
+// Sessions: generate, export, import, delete.
+ABSL_FLAG(std::string, session, "",
+          "Session id (printable ASCII): generate continues this session, export, import and "
+          "delete name it. Also sent as the x-session-id metadata.");
+ABSL_FLAG(bool, create_session, false,
+          "generate: start session --session with this request (ALREADY_EXISTS if it exists); "
+          "without it an unknown id is NOT_FOUND.");
+ABSL_FLAG(std::string, out, "", "export: file to write the session's state bytes to; - = stdout.");
+ABSL_FLAG(std::string, in, "", "import: file of state bytes written by export; - = stdin.");
+
 // embed.
 ABSL_FLAG(std::string, pooling, "", "mean (one vector) or none (one per token); empty = mean.");
 
@@ -108,6 +129,11 @@ using Clock = std::chrono::steady_clock;
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
+
+// Largest session state that import reads and export receives: far above
+// any model's state (399,496 B for the default model), and under the 2 GiB
+// that a protobuf message can hold.
+constexpr size_t kMaxStateBytes = size_t{1} << 30;
 
 constexpr char kUsage[] =
     R"(usage: performer-client [--server=HOST:PORT] [--json] [--timeout=DURATION]
@@ -123,8 +149,20 @@ commands:
       --stop_token_ids=1,2 --tokens=1,2,3 (prompt as ids) --source=TEXT
       --source_tokens=1,2 (encoder-decoder input) --logprobs --ignore_eos
       --unary --priority=N --request_id=ID
+      --session=ID: continue session ID (--create_session: start it); the
+      summary line on stderr then gives its session_position (tokens seen)
   embed [--model=M] [--pooling=mean|none] TEXT... | --tokens=1,2,3
   cancel REQUEST_ID
+  export --session=ID [--model=M] --out=FILE
+                           the session's state bytes to FILE (- = stdout, not a
+                           terminal); its position and tokens on stderr
+  import --session=ID [--model=M] --in=FILE
+                           create or replace the session from export's bytes
+                           (- = stdin; at most 1 GiB); prints its position
+  delete --session=ID [--model=M]
+                           forget the session
+
+The session id (printable ASCII) is also sent as the x-session-id metadata.
 
 Run with --helpflags for every flag's description.
 )";
@@ -370,13 +408,102 @@ struct Client {
   bool json = false;
   std::string token;  // bearer token; empty = none
 
-  void Prepare(grpc::ClientContext& context) const {
+  // A call of session `session_id` (empty = none) also carries it as the
+  // x-session-id metadata, on which a proxy routes (see CheckSessionId).
+  void Prepare(grpc::ClientContext& context, const std::string& session_id = "") const {
     if (timeout > absl::ZeroDuration()) {
       context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(timeout));
     }
     if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    if (!session_id.empty()) context.AddMetadata("x-session-id", session_id);
   }
 };
+
+// A session id travels as metadata too, whose values gRPC restricts to
+// printable ASCII; and proxies may trim the spaces at its ends, after which
+// it would no longer equal the request's session_id.
+absl::Status CheckSessionId(const std::string& id) {
+  for (char c : id) {
+    if (c < 0x20 || c > 0x7e) {
+      return UsageError(
+          "--session: the id must be printable ASCII (it is also sent as the x-session-id "
+          "metadata)");
+    }
+  }
+  if (!id.empty() && (id.front() == ' ' || id.back() == ' ')) {
+    return UsageError("--session: the id must not begin or end with a space");
+  }
+  return absl::OkStatus();
+}
+
+// The bytes of `path` (- = stdin) for --in, refusing more than
+// kMaxStateBytes.
+absl::StatusOr<std::string> ReadStateFile(const std::string& path) {
+  const bool from_stdin = path == "-";
+  const std::string name = from_stdin ? std::string("stdin") : path;
+  std::FILE* file = from_stdin ? stdin : std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("--in: cannot read ", name, ": ", std::strerror(errno)));
+  }
+  auto too_large = [&name] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--in: ", name, " holds more than ", kMaxStateBytes >> 30,
+                     " GiB, more than a session state can (is it a file from export?)"));
+  };
+  struct stat info;
+  if (!from_stdin && fstat(fileno(file), &info) == 0 && S_ISREG(info.st_mode) &&
+      static_cast<uint64_t>(info.st_size) > kMaxStateBytes) {
+    std::fclose(file);
+    return too_large();
+  }
+  std::string data;
+  std::vector<char> buffer(1 << 16);
+  bool over = false;
+  int read_error = 0;
+  while (true) {
+    const size_t n = std::fread(buffer.data(), 1, buffer.size(), file);
+    if (data.size() + n > kMaxStateBytes) {
+      over = true;
+      break;
+    }
+    data.append(buffer.data(), n);
+    if (n < buffer.size()) {
+      if (std::ferror(file)) read_error = errno;
+      break;
+    }
+  }
+  if (!from_stdin) std::fclose(file);
+  if (over) return too_large();
+  if (read_error != 0) {
+    return absl::DataLossError(
+        absl::StrCat("--in: cannot read ", name, ": ", std::strerror(read_error)));
+  }
+  return data;
+}
+
+// Writes `data` to `path` (- = stdout) for --out.
+absl::Status WriteStateFile(const std::string& path, const std::string& data) {
+  const bool to_stdout = path == "-";
+  const std::string name = to_stdout ? std::string("stdout") : path;
+  std::FILE* file = to_stdout ? stdout : std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--out: cannot write ", name, ": ", std::strerror(errno)));
+  }
+  bool ok = std::fwrite(data.data(), 1, data.size(), file) == data.size();
+  ok = std::fflush(file) == 0 && ok;
+  int write_error = ok ? 0 : errno;
+  if (!to_stdout && std::fclose(file) != 0 && ok) {
+    ok = false;
+    write_error = errno;
+  }
+  if (!ok) {
+    return absl::DataLossError(
+        absl::StrCat("--out: cannot write ", name, ": ", std::strerror(write_error)));
+  }
+  return absl::OkStatus();
+}
 
 // The whole of a small file, or an error naming `flag`.
 absl::StatusOr<std::string> ReadFileFor(const char* flag, const std::string& path) {
@@ -638,12 +765,22 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const std::vector<std::
   request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   request.set_return_logprobs(absl::GetFlag(FLAGS_logprobs));
   request.set_priority(absl::GetFlag(FLAGS_priority));
+
+  const std::string session = absl::GetFlag(FLAGS_session);
+  const bool create_session = absl::GetFlag(FLAGS_create_session);
+  if (create_session && session.empty()) {
+    return UsageError("--create_session needs --session=ID");
+  }
+  request.set_session_id(session);
+  request.set_create_session(create_session);
   return request;
 }
 
 // What a generate call produced, as seen by the client.
 struct GenerateTally {
   std::string request_id;
+  std::string session_id;        // the request's; empty = none
+  int64_t session_position = 0;  // the latest message's that gave one
   int64_t tokens = 0;
   std::vector<std::pair<int32_t, float>> logprobs;
   std::optional<double> first_token_seconds;  // from the call's start
@@ -657,6 +794,7 @@ struct GenerateTally {
 void Consume(const v1::GenerateResponse& response, bool as_text, bool json,
              std::optional<double> seconds, GenerateTally& tally) {
   if (!response.request_id().empty()) tally.request_id = response.request_id();
+  if (response.session_position() > 0) tally.session_position = response.session_position();
   if (response.token_ids_size() > 0 && !tally.first_token_seconds) {
     tally.first_token_seconds = seconds;
   }
@@ -692,6 +830,10 @@ void PrintSummary(const GenerateTally& tally, double total_seconds, bool cancell
   if (!tally.request_id.empty()) absl::StrAppend(&line, " request_id=", tally.request_id);
   if (last.has_usage()) absl::StrAppend(&line, " prompt_tokens=", last.usage().prompt_tokens());
   absl::StrAppend(&line, " generated_tokens=", generated);
+  if (!tally.session_id.empty()) {
+    absl::StrAppend(&line, " session=", tally.session_id,
+                    " session_position=", tally.session_position);
+  }
   if (tally.first_token_seconds) {
     absl::StrAppend(&line, absl::StrFormat(" ttft=%.1fms", *tally.first_token_seconds * 1e3));
   }
@@ -751,8 +893,9 @@ int RunGenerate(const Client& client, const std::vector<std::string>& words,
   }
 
   grpc::ClientContext context;
-  client.Prepare(context);
+  client.Prepare(context, request->session_id());
   GenerateTally tally;
+  tally.session_id = request->session_id();
   grpc::Status status;
   const Clock::time_point start = Clock::now();
   auto since_start = [&start] {
@@ -873,6 +1016,80 @@ int RunEmbed(const Client& client, const std::vector<std::string>& words) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// export, import, delete
+// ---------------------------------------------------------------------------
+
+int RunExport(const Client& client, const std::string& session_id, const std::string& out) {
+  v1::ExportSessionRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_session_id(session_id);
+  grpc::ClientContext context;
+  client.Prepare(context, session_id);
+  v1::SessionState state;
+  InterruptWatcher watcher(&context);
+  grpc::Status status = client.stub->ExportSession(&context, request, &state);
+  if (!status.ok()) return ReportRpcError(status, context, watcher.interrupted());
+  if (absl::Status written = WriteStateFile(out, state.data()); !written.ok()) {
+    std::fprintf(stderr, "performer-client: %s\n", std::string(written.message()).c_str());
+    return kExitError;
+  }
+  if (client.json) {
+    // The state's description; its bytes went to --out.
+    state.clear_data();
+    PrintJson(state);
+    return 0;
+  }
+  std::fprintf(stderr, "exported session=%s model=%s position=%lld tokens=%lld bytes=%zu to %s\n",
+               state.session_id().c_str(), state.model().c_str(),
+               static_cast<long long>(state.position()), static_cast<long long>(state.tokens()),
+               state.data().size(), out == "-" ? "stdout" : out.c_str());
+  return 0;
+}
+
+int RunImport(const Client& client, const std::string& session_id, const std::string& in) {
+  absl::StatusOr<std::string> data = ReadStateFile(in);
+  if (!data.ok()) {
+    std::fprintf(stderr, "performer-client: %s\n", std::string(data.status().message()).c_str());
+    return kExitUsage;
+  }
+  v1::ImportSessionRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_session_id(session_id);
+  request.set_data(*std::move(data));
+  grpc::ClientContext context;
+  client.Prepare(context, session_id);
+  v1::ImportSessionResponse response;
+  InterruptWatcher watcher(&context);
+  grpc::Status status = client.stub->ImportSession(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(status, context, watcher.interrupted());
+  if (client.json) {
+    PrintJson(response);
+  } else {
+    std::printf("imported session=%s position=%lld\n", session_id.c_str(),
+                static_cast<long long>(response.position()));
+  }
+  return 0;
+}
+
+int RunDelete(const Client& client, const std::string& session_id) {
+  v1::DeleteSessionRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_session_id(session_id);
+  grpc::ClientContext context;
+  client.Prepare(context, session_id);
+  v1::DeleteSessionResponse response;
+  InterruptWatcher watcher(&context);
+  grpc::Status status = client.stub->DeleteSession(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(status, context, watcher.interrupted());
+  if (client.json) {
+    PrintJson(response);
+  } else {
+    std::printf("deleted session=%s\n", session_id.c_str());
+  }
+  return 0;
+}
+
 void PrintFlagHelp() {
   std::printf("%s\nflags:\n", kUsage);
   for (const char* name :
@@ -881,7 +1098,7 @@ void PrintFlagHelp() {
         "seed",           "stop",        "stop_token_ids", "tokens",        "source",
         "source_tokens",  "logprobs",    "ignore_eos",     "unary",         "priority",
         "pooling",        "tls",         "tls_ca_file",    "tls_cert_file", "tls_key_file",
-        "token_file"}) {
+        "token_file",     "session",     "create_session", "out",           "in"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;
     std::printf("  --%s  %s (default: \"%s\")\n", name, flag->Help().c_str(),
@@ -917,6 +1134,23 @@ int Main(int argc, char** argv) {
   if (!line->stop.empty() && command != "generate") {
     return usage("--stop only applies to generate");
   }
+  const std::string session = absl::GetFlag(FLAGS_session);
+  const bool session_command = command == "export" || command == "import" || command == "delete";
+  if (!session.empty() && command != "generate" && !session_command) {
+    return usage("--session only applies to generate, export, import and delete");
+  }
+  if (absl::GetFlag(FLAGS_create_session) && command != "generate") {
+    return usage("--create_session only applies to generate (import creates a session itself)");
+  }
+  if (!absl::GetFlag(FLAGS_out).empty() && command != "export") {
+    return usage("--out only applies to export");
+  }
+  if (!absl::GetFlag(FLAGS_in).empty() && command != "import") {
+    return usage("--in only applies to import");
+  }
+  if (absl::Status valid = CheckSessionId(session); !valid.ok()) {
+    return usage(std::string(valid.message()));
+  }
 
   Client client;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials();
@@ -926,8 +1160,12 @@ int Main(int argc, char** argv) {
     if (!token.ok()) return usage(std::string(token.status().message()));
     client.token = *token;
   }
-  client.stub =
-      v1::Generation::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials));
+  // gRPC's default 4 MiB would refuse an exported session state of a large
+  // model (the server bounds what it sends with --max_message_bytes).
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(static_cast<int>(kMaxStateBytes + (1 << 20)));
+  client.stub = v1::Generation::NewStub(
+      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), *credentials, channel_args));
   client.timeout = absl::GetFlag(FLAGS_timeout);
   client.json = absl::GetFlag(FLAGS_json);
 
@@ -944,6 +1182,34 @@ int Main(int argc, char** argv) {
   if (command == "cancel") {
     if (words.size() != 1) return usage("cancel takes one REQUEST_ID");
     return RunCancel(client, words[0]);
+  }
+  if (session_command) {
+    if (!words.empty()) {
+      return usage(absl::StrCat(command, " takes no arguments (name the session with --session)"));
+    }
+    if (session.empty()) return usage(absl::StrCat(command, " needs --session=ID"));
+    if (command == "export") {
+      const std::string out = absl::GetFlag(FLAGS_out);
+      if (out.empty()) return usage("export needs --out=FILE (- for stdout)");
+      if (out == "-" && client.json) {
+        return usage("export --json prints the state's description on stdout: give --out=FILE");
+      }
+      if (out == "-" && isatty(STDOUT_FILENO)) {
+        return usage(
+            "export: not writing binary state to a terminal: redirect stdout or give "
+            "--out=FILE");
+      }
+      return RunExport(client, session, out);
+    }
+    if (command == "import") {
+      const std::string in = absl::GetFlag(FLAGS_in);
+      if (in.empty()) return usage("import needs --in=FILE (- for stdin)");
+      if (in == "-" && isatty(STDIN_FILENO)) {
+        return usage("import: stdin is a terminal: redirect it from a file or give --in=FILE");
+      }
+      return RunImport(client, session, in);
+    }
+    return RunDelete(client, session);
   }
   return usage(absl::StrCat("unknown command \"", command, "\""));
 }

@@ -5,6 +5,8 @@
     python3 examples/python/generate.py --target localhost:50051 --model my-lm \
         --max_new_tokens 64 --temperature 0.8 --top_p 0.95 --seed 7 "Hello"
     python3 examples/python/generate.py --list
+    python3 examples/python/generate.py --session chat-1 --create_session "Hi."
+    python3 examples/python/generate.py --session chat-1 "And then?"
 
 Needs Debian's python3-grpcio and python3-protobuf and the generated stubs of
 proto/performer/v1/generation.proto on PYTHONPATH. The build makes them in
@@ -41,6 +43,11 @@ def parse_args():
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--timeout", type=float, default=60, help="deadline in seconds")
+    p.add_argument("--session", default="",
+                   help="continue this session (sent also as x-session-id metadata, the key a "
+                        "proxy routes on)")
+    p.add_argument("--create_session", action="store_true",
+                   help="start the --session with this prompt")
     p.add_argument("--list", action="store_true", help="list the hosted models and exit")
     return p.parse_args()
 
@@ -57,7 +64,8 @@ def list_models(stub, timeout):
 def generate(stub, args):
     request = pb.GenerateRequest(model=args.model, prompt_text=args.prompt,
                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k,
-                                 stop_strings=args.stop)
+                                 stop_strings=args.stop, session_id=args.session,
+                                 create_session=args.create_session)
     # Optional fields: unset means the model's generation_config.json default.
     if args.temperature is not None:
         request.temperature = args.temperature
@@ -65,8 +73,11 @@ def generate(stub, args):
         request.top_p = args.top_p
     if args.seed is not None:
         request.seed = args.seed
+    # A proxy in front of several replicas routes a session's turns to the
+    # replica that holds it by this header.
+    metadata = [("x-session-id", args.session)] if args.session else []
     last = None
-    for message in stub.GenerateStream(request, timeout=args.timeout):
+    for message in stub.GenerateStream(request, timeout=args.timeout, metadata=metadata):
         sys.stdout.write(message.text)
         sys.stdout.flush()
         last = message
@@ -77,6 +88,10 @@ def generate(stub, args):
                             last.usage.generated_tokens,
                             1000 * last.timings.time_to_first_token_seconds,
                             1000 * last.timings.total_seconds))
+        if args.session:
+            sys.stderr.write("[session %s at %d tokens, %d of the prompt from its state]\n"
+                             % (args.session, last.session_position,
+                                last.usage.cached_prompt_tokens))
 
 
 def main():

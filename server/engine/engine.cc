@@ -128,8 +128,18 @@ absl::Status Engine::PrepareResume(ScheduledSequence& s) {
                                         " is an encoder-decoder: its state depends on the source, "
                                         "so it keeps no sessions"));
     }
-    absl::StatusOr<SessionState> content = sessions_->Begin(session, absl::Now());
-    if (!content.ok()) return content.status();
+    absl::StatusOr<SessionState> content =
+        sessions_->Begin(session, absl::Now(), s.request.create_session);
+    if (!content.ok()) {
+      const absl::Status& status = content.status();
+      if (!absl::IsNotFound(status) && !absl::IsAlreadyExists(status) &&
+          !absl::IsFailedPrecondition(status)) {
+        return status;
+      }
+      return absl::Status(status.code(), absl::StrCat("session ", s.request.session_id,
+                                                      " of model ", model_name_, " ",
+                                                      status.message()));
+    }
     if (content->state != nullptr) {
       // The turn continues the session: its prompt comes after everything
       // the session has seen, starting with the tokens it has not fed yet.
@@ -153,6 +163,7 @@ absl::Status Engine::PrepareResume(ScheduledSequence& s) {
       auto resume = std::make_shared<ResumePoint>();
       resume->state = content->state;
       s.resume = std::move(resume);
+      s.cached_prompt_tokens = static_cast<size_t>(fed);
       return absl::OkStatus();
     }
   }
@@ -233,7 +244,7 @@ absl::StatusOr<ExportedSession> Engine::ExportSession(const std::string& session
 }
 
 absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id, std::string_view data,
-                                              const std::string& owner) {
+                                              const std::string& owner, bool moved_in) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   const decoding::DecoderInfo& info = runner_->info();
@@ -259,13 +270,26 @@ absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id, std
   SessionState content;
   content.state = std::make_shared<const StateSnapshot>(std::move(decoded->snapshot));
   content.tokens = std::move(decoded->tokens);
-  if (absl::Status s =
-          sessions_->Import(SessionKey(owner, session_id), std::move(content), absl::Now());
+  if (absl::Status s = sessions_->Import(SessionKey(owner, session_id), std::move(content),
+                                         absl::Now(), moved_in);
       !s.ok()) {
     return s;
   }
   return position;
 }
+
+bool Engine::HoldsSession(const std::string& session_id, const std::string& owner) const {
+  return sessions_->enabled() && sessions_->Holds(SessionKey(owner, session_id));
+}
+
+absl::StatusOr<ExportedSession> Engine::TakeSession(const std::string& session_id,
+                                                    const std::string& owner) {
+  if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  return sessions_->Take(SessionKey(owner, session_id), absl::Now());
+}
+
+void Engine::CountSessionPeerUnavailable() { sessions_->CountPeerUnavailable(); }
 
 absl::Status Engine::SpillSessions() { return sessions_->SpillAll(); }
 

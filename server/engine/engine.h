@@ -135,8 +135,19 @@ class Engine {
   absl::Status DeleteSession(const std::string& session_id, const std::string& owner = "");
   absl::StatusOr<ExportedSession> ExportSession(const std::string& session_id,
                                                 const std::string& owner = "");
+  // `moved_in`: the bytes came from a peer replica (TakeSession).
   absl::StatusOr<int64_t> ImportSession(const std::string& session_id, std::string_view data,
-                                        const std::string& owner = "");
+                                        const std::string& owner = "", bool moved_in = false);
+  // Whether this replica holds the session (memory or its spill folder's
+  // index): where it does not, the service asks the peers first.
+  bool HoldsSession(const std::string& session_id, const std::string& owner = "") const;
+  // Moves the session out to a peer (SessionStore::Take).
+  absl::StatusOr<ExportedSession> TakeSession(const std::string& session_id,
+                                              const std::string& owner = "");
+  // A peer held the session but could not hand it over (a miss, counted).
+  void CountSessionPeerUnavailable();
+  // The model's fingerprint: a session moves only between equal ones.
+  const decoding::ModelFingerprint& fingerprint() const { return options_.sessions.fingerprint; }
   // Writes every session to the spill folder (SessionStore::SpillAll).
   absl::Status SpillSessions();
 

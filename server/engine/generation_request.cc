@@ -131,6 +131,8 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const Request
   }
   if (!r.session_id.empty()) {
     if (absl::Status s = ValidateSessionId(r.session_id); !s.ok()) return s;
+  } else if (r.create_session) {
+    return absl::InvalidArgumentError("create_session: set without a session_id to create");
   }
   return ValidateStopStrings(r, limits);
 }

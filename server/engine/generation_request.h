@@ -27,6 +27,8 @@ struct GenerationRequest {
   // Continues this session (engine.h); empty = none (ValidateSessionId).
   // Scoped to the owner, as request ids are.
   std::string session_id;
+  // The request starts session_id (SessionStore::Begin's `create`).
+  bool create_session = false;
   std::vector<int64_t> prompt;  // decoder prompt, non-empty
   std::vector<int64_t> source;  // encoder input (encoder-decoder models only)
   // Sampling, max_new_tokens, stop tokens and strings, eos: the model's

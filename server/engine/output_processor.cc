@@ -105,6 +105,9 @@ bool OutputProcessor::EmitOne(ScheduledSequence& s, int64_t token, const float* 
   StreamChunk chunk;
   chunk.token_ids.push_back(static_cast<int32_t>(token));
   if (logprob != nullptr) chunk.logprobs.push_back(*logprob);
+  if (!s.request.session_id.empty()) {
+    chunk.session_position = static_cast<int64_t>(out.context.size());
+  }
   // The new token would be fed at position context.size() - 1.
   FinishReason reason =
       generation::CheckStop(s.request.sampling, token, s.generated,
@@ -138,10 +141,14 @@ void OutputProcessor::Finish(ScheduledSequence& s) const {
   StreamSummary summary;
   summary.reason = s.finish;
   summary.status = s.status;
-  // A session's carried tokens were counted by the turn that generated them.
   summary.prompt_tokens =
-      static_cast<int64_t>(s.request.prompt.size() - s.pending_tokens + s.request.source.size());
+      static_cast<int64_t>(s.history.size() + s.request.prompt.size() + s.request.source.size());
   summary.cached_prompt_tokens = static_cast<int64_t>(s.cached_prompt_tokens);
+  if (!s.request.session_id.empty()) {
+    summary.session_position =
+        s.output != nullptr ? static_cast<int64_t>(s.output->context.size())
+                            : static_cast<int64_t>(s.history.size() + s.request.prompt.size());
+  }
   summary.generated_tokens = s.generated;
   const bool admitted = s.admitted != absl::InfinitePast();
   summary.queue_seconds = Seconds((admitted ? s.admitted : end) - s.accepted);

@@ -17,6 +17,7 @@ bool RequestStream::Append(const StreamChunk& chunk) {
                               chunk.token_ids.end());
     pending_.text += chunk.text;
     pending_.logprobs.insert(pending_.logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
+    pending_.session_position = chunk.session_position;
   }
   Notify();
   return true;

@@ -22,14 +22,22 @@ struct StreamChunk {
   std::vector<int32_t> token_ids;
   std::string text;
   std::vector<float> logprobs;  // one per token when return_logprobs
+  // A session turn: tokens the session has seen after this chunk (its
+  // history, the prompt, the tokens generated so far); 0 without a session.
+  int64_t session_position = 0;
   bool empty() const { return token_ids.empty() && text.empty(); }
 };
 
 struct StreamSummary {
   FinishReason reason = FinishReason::kNone;
   absl::Status status;  // OK, or why the request failed
+  // Everything the model conditioned on before the first new token: the
+  // prompt, and a session turn's history.
   int64_t prompt_tokens = 0;
-  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, served from the prefix cache
+  // Of prompt_tokens, served from a saved state: the prefix cache's hit, or
+  // the session's history.
+  int64_t cached_prompt_tokens = 0;
+  int64_t session_position = 0;  // as StreamChunk's, at the end
   int64_t generated_tokens = 0;
   double queue_seconds = 0;
   double time_to_first_token_seconds = 0;

@@ -71,7 +71,7 @@ struct ScheduledSequence {
   // prompt and carries the logits after it).
   size_t prompt_fed = 0;
   std::shared_ptr<const ResumePoint> resume;
-  size_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+  size_t cached_prompt_tokens = 0;  // served from a saved state: a prefix hit, a session's history
   // A session's turn: the tokens the session fed before this request (the
   // prompt starts with the ones it saw but did not feed yet, `pending`).
   std::vector<int64_t> history;

@@ -10,9 +10,11 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace performer::server {
 namespace {
@@ -49,7 +51,9 @@ int64_t SessionState::bytes() const {
          static_cast<int64_t>(tokens.size() * sizeof(int64_t));
 }
 
-SessionStore::SessionStore(SessionOptions options) : options_(std::move(options)) {
+SessionStore::SessionStore(SessionOptions options)
+    : options_(std::move(options)),
+      claim_suffix_(absl::StrFormat("%016x", absl::Uniform<uint64_t>(absl::BitGen()))) {
   if (options_.spill_dir.empty()) return;
   // Sessions a previous process (or another replica) left in the folder.
   std::error_code error;
@@ -66,10 +70,20 @@ SessionStore::SessionStore(SessionOptions options) : options_(std::move(options)
     std::error_code size_error;
     const int64_t size = static_cast<int64_t>(fs::file_size(it->path(), size_error));
     if (size_error) continue;
+    absl::MutexLock lock(&mu_);
     spilled_[hex] = {size, FileTime(it->path())};
     ++stats_.spilled_sessions;
     stats_.spilled_bytes += size;
   }
+  if (options_.persist) writer_ = std::thread([this] { PersistLoop(); });
+}
+
+SessionStore::~SessionStore() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
 }
 
 std::string SessionStore::FileKey(const std::string& id) { return Sha256Hex(id); }
@@ -97,40 +111,118 @@ void SessionStore::ForgetLocked(const std::string& file_key) {
   }
 }
 
-absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::string& id) {
-  if (auto it = index_.find(id); it != index_.end()) return it->second;
-  auto spilled = spilled_.find(FileKey(id));
-  if (spilled == spilled_.end()) return lru_.end();
-  // Back from the folder. The file is removed once it is taken, so that two
-  // replicas sharing the folder do not both continue the session; one that
-  // cannot be taken (another model's, corrupted) stays where it is.
-  const std::string path = PathOf(spilled->first);
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad() || !in.is_open()) {
-    return absl::InternalError(absl::StrCat("session ", id, ": cannot read ", path));
+absl::StatusOr<std::optional<decoding::EncodedState>> SessionStore::ClaimFileLocked(
+    const std::string& id, const std::string& path) {
+  const std::string claimed = absl::StrCat(path, ".claimed.", claim_suffix_);
+  std::error_code error;
+  fs::rename(path, claimed, error);
+  if (error == std::errc::no_such_file_or_directory) return std::nullopt;
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("session ", id, ": cannot claim ", path, ": ", error.message()));
   }
+  std::ifstream in(claimed, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   absl::StatusOr<decoding::EncodedState> decoded =
-      decoding::DecodeState(bytes, options_.fingerprint, options_.max_state_bytes);
+      in.bad() || !in.is_open()
+          ? absl::InternalError(absl::StrCat("cannot read ", path))
+          : decoding::DecodeState(bytes, options_.fingerprint, options_.max_state_bytes);
+  std::error_code ignored;
   if (!decoded.ok()) {
+    // One that cannot be taken (another model's, corrupted) stays where it is.
+    fs::rename(claimed, path, ignored);
     return absl::Status(decoded.status().code(), absl::StrCat("session ", id, " in ", path, ": ",
                                                               decoded.status().message()));
   }
-  stats_.spilled_bytes -= spilled->second.first;
-  --stats_.spilled_sessions;
-  const absl::Time last_used = spilled->second.second;
-  spilled_.erase(spilled);
-  std::error_code ignored;
-  fs::remove(path, ignored);
+  fs::remove(claimed, ignored);
+  return std::optional<decoding::EncodedState>(*std::move(decoded));
+}
+
+absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::string& id) {
+  if (auto it = index_.find(id); it != index_.end()) return it->second;
+  if (options_.spill_dir.empty()) return lru_.end();
+  // Back from the folder: a file this store spilled, or one another replica
+  // sharing the folder left there. The file is claimed, so that two
+  // replicas do not both continue the session.
+  const std::string file_key = FileKey(id);
+  absl::StatusOr<std::optional<decoding::EncodedState>> claimed =
+      ClaimFileLocked(id, PathOf(file_key));
+  if (!claimed.ok()) return claimed.status();
+  absl::Time last_used = absl::Now();
+  if (auto spilled = spilled_.find(file_key); spilled != spilled_.end()) {
+    // Indexed: its file is now taken, by this store or by another replica.
+    last_used = spilled->second.second;
+    stats_.spilled_bytes -= spilled->second.first;
+    --stats_.spilled_sessions;
+    spilled_.erase(spilled);
+  }
+  if (!claimed->has_value()) return lru_.end();
   Record record;
   record.id = id;
-  record.content.state = std::make_shared<const StateSnapshot>(std::move(decoded->snapshot));
-  record.content.tokens = std::move(decoded->tokens);
+  record.content.state = std::make_shared<const StateSnapshot>(std::move((*claimed)->snapshot));
+  record.content.tokens = std::move((*claimed)->tokens);
   record.last_used = last_used;
   lru_.push_front(std::move(record));
   index_[id] = lru_.begin();
   AddBytesLocked(lru_.front(), +1);
   return lru_.begin();
+}
+
+void SessionStore::EraseLocked(Lru::iterator record) {
+  if (options_.persist) {
+    std::error_code ignored;
+    fs::remove(PathOf(FileKey(record->id)), ignored);
+  }
+  AddBytesLocked(*record, -1);
+  index_.erase(record->id);
+  lru_.erase(record);
+}
+
+void SessionStore::QueuePersistLocked(const std::string& id) {
+  if (!writer_.joinable()) return;
+  if (queued_.insert(id).second) to_persist_.push_back(id);
+}
+
+bool SessionStore::PersistWork() const { return stopping_ || !to_persist_.empty(); }
+
+void SessionStore::PersistLoop() {
+  mu_.Lock();
+  while (true) {
+    mu_.Await(absl::Condition(this, &SessionStore::PersistWork));
+    if (stopping_) break;
+    const std::string id = std::move(to_persist_.front());
+    to_persist_.pop_front();
+    queued_.erase(id);
+    auto it = index_.find(id);
+    if (it == index_.end() || it->second->content.state == nullptr) continue;
+    const uint64_t version = it->second->version;
+    const decoding::EncodedState content{*it->second->content.state, it->second->content.tokens};
+    // The encoding and the write run outside the lock: the engine's thread
+    // is never held up by the disk.
+    mu_.Unlock();
+    const std::string path = PathOf(FileKey(id));
+    const std::string temporary = absl::StrCat(path, ".tmp.", claim_suffix_);
+    bool written = false;
+    if (absl::StatusOr<std::string> bytes = decoding::EncodeState(options_.fingerprint, content);
+        bytes.ok()) {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+      written = out.good();
+    }
+    mu_.Lock();
+    // Put in place only if the session is still here and unchanged: one
+    // that moved, was deleted or was changed again (and queued again) must
+    // not get this file.
+    it = index_.find(id);
+    std::error_code ignored;
+    if (!written || it == index_.end() || it->second->version != version) {
+      fs::remove(temporary, ignored);
+      continue;
+    }
+    fs::rename(temporary, path, ignored);
+    if (!ignored) ++stats_.persisted;
+  }
+  mu_.Unlock();
 }
 
 void SessionStore::ExpireLocked(absl::Time now) {
@@ -140,11 +232,9 @@ void SessionStore::ExpireLocked(absl::Time now) {
       ++it;
       continue;
     }
-    AddBytesLocked(*it, -1);
     ForgetLocked(FileKey(it->id));
     ++stats_.expired;
-    index_.erase(it->id);
-    it = lru_.erase(it);
+    EraseLocked(it++);
   }
   std::vector<std::string> idle;
   for (const auto& [file_key, file] : spilled_) {
@@ -177,7 +267,7 @@ absl::Status SessionStore::WriteLocked(const Record& record) {
       decoding::EncodeState(options_.fingerprint, {*record.content.state, record.content.tokens});
   if (!bytes.ok()) return bytes.status();
   const std::string path = PathOf(FileKey(record.id));
-  const std::string temporary = path + ".tmp";
+  const std::string temporary = absl::StrCat(path, ".tmp.", claim_suffix_);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
@@ -217,19 +307,32 @@ void SessionStore::BalanceLocked() {
   }
 }
 
-absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Time now) {
+absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Time now,
+                                                 bool create) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
   absl::StatusOr<Lru::iterator> found = FindLocked(id);
   if (!found.ok()) return found.status();
   Lru::iterator record = *found;
+  if (record != lru_.end() && create) {
+    return absl::AlreadyExistsError(
+        "already exists: continue it without create_session, or delete it first");
+  }
   if (record == lru_.end()) {
-    if (dropped_.count(FileKey(id)) > 0) {
+    if (!create) {
+      if (dropped_.count(FileKey(id)) > 0) {
+        ++stats_.misses_expired;
+        return absl::NotFoundError(
+            "expired or was dropped to stay within the session memory; start it again with "
+            "create_session (or import its exported state)");
+      }
+      ++stats_.misses_not_held;
       return absl::NotFoundError(
-          absl::StrCat("session ", id,
-                       " expired or was dropped to stay within the session memory; start a "
-                       "new session (or import its exported state)"));
+          "is not held by this replica (not in its memory, its spill folder or at its peers): "
+          "it was never created, was deleted, or was lost with a replica that stopped without "
+          "spilling it; start it again with create_session (or import its exported state)");
     }
+    dropped_.erase(FileKey(id));
     Record fresh;
     fresh.id = id;
     lru_.push_front(std::move(fresh));
@@ -238,12 +341,21 @@ absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Ti
     AddBytesLocked(*record, +1);
   }
   if (record->busy) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session ", id, " has a request running; its turns run one at a time"));
+    return absl::FailedPreconditionError("has a request running; its turns run one at a time");
   }
   record->busy = true;
   Touch(record, now);
   return record->content;
+}
+
+bool SessionStore::Holds(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  return index_.count(id) > 0 || spilled_.count(FileKey(id)) > 0;
+}
+
+void SessionStore::CountPeerUnavailable() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.misses_peer_unavailable;
 }
 
 void SessionStore::End(const std::string& id, std::optional<SessionState> updated, absl::Time now) {
@@ -255,7 +367,9 @@ void SessionStore::End(const std::string& id, std::optional<SessionState> update
   if (updated.has_value()) {
     AddBytesLocked(*record, -1);
     record->content = std::move(*updated);
+    ++record->version;
     AddBytesLocked(*record, +1);
+    QueuePersistLocked(id);
   } else if (record->content.state == nullptr) {
     AddBytesLocked(*record, -1);
     index_.erase(it);
@@ -277,10 +391,31 @@ absl::Status SessionStore::Delete(const std::string& id) {
     return absl::FailedPreconditionError(
         absl::StrCat("session ", id, " has a request running; delete it when it ends"));
   }
-  AddBytesLocked(*it->second, -1);
-  lru_.erase(it->second);
-  index_.erase(it);
+  EraseLocked(it->second);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(now);
+  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  if (!found.ok()) return found.status();
+  if (*found == lru_.end() || (*found)->content.state == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no session ", id));
+  }
+  if ((*found)->busy) {
+    return absl::AbortedError(
+        absl::StrCat("session ", id, " has a request running here; move it when it ends"));
+  }
+  const SessionState& content = (*found)->content;
+  absl::StatusOr<std::string> data =
+      decoding::EncodeState(options_.fingerprint, {*content.state, content.tokens});
+  if (!data.ok()) return data.status();
+  ExportedSession moved{*std::move(data), content.state->position,
+                        static_cast<int64_t>(content.tokens.size())};
+  EraseLocked(*found);
+  ++stats_.moved_out;
+  return moved;
 }
 
 absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl::Time now) {
@@ -300,7 +435,8 @@ absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl
                          static_cast<int64_t>(content.tokens.size())};
 }
 
-absl::Status SessionStore::Import(const std::string& id, SessionState content, absl::Time now) {
+absl::Status SessionStore::Import(const std::string& id, SessionState content, absl::Time now,
+                                  bool moved_in) {
   absl::MutexLock lock(&mu_);
   // A spilled file that cannot be read back is replaced as well.
   absl::StatusOr<Lru::iterator> found = FindLocked(id);
@@ -321,7 +457,10 @@ absl::Status SessionStore::Import(const std::string& id, SessionState content, a
   }
   dropped_.erase(FileKey(id));
   record->content = std::move(content);
+  ++record->version;
   AddBytesLocked(*record, +1);
+  if (moved_in) ++stats_.moved_in;
+  QueuePersistLocked(id);
   Touch(record, now);
   BalanceLocked();
   return absl::OkStatus();

@@ -6,17 +6,23 @@
 // A session holds the state after every token it has fed and the tokens it
 // has seen (prompts and generated tokens; the last generated token is seen
 // but not yet fed: it is fed first by the next turn). One request at a time
-// per session. Tiers: a session's state is a host copy (StateSnapshot);
+// per session. A session exists once created (Begin with `create`, or
+// Import); a turn never starts one in place of a session that is not held.
+// Tiers: a session's state is a host copy (StateSnapshot);
 // idle sessions past the memory budget move to the spill folder (when one
 // is set; otherwise the least recently used are dropped) and come back on
 // use; sessions idle longer than the TTL are dropped from both. A dropped
 // id is remembered (a bounded number of them) so that a turn of an expired
 // session gets NOT_FOUND instead of silently starting over. SpillAll (at
 // shutdown) writes every session to the folder, where this process after a
-// restart, or another replica of the same model mounting it, picks them up.
+// restart, or another replica of the same model mounting it, picks them up:
+// a session not found in memory or in the folder's index is looked up as a
+// file too, and a file is claimed by renaming it, so that of two replicas
+// sharing the folder exactly one takes it. With SessionOptions::persist a
+// writer thread also writes each session after every turn.
 //
 // Thread-safe. Files are read and written under the store's lock (a
-// session is a few MB at most).
+// session is a few MB at most), except the persist writer's.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -50,16 +57,27 @@ struct SessionState {
 
 class SessionStore {
  public:
-  explicit SessionStore(SessionOptions options);
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
   bool enabled() const { return options_.max_bytes > 0; }
 
-  // A request of session `id` starts: its content (no state for a new id).
-  // FAILED_PRECONDITION while another request of the session runs;
-  // NOT_FOUND for an id that expired or was dropped.
-  absl::StatusOr<SessionState> Begin(const std::string& id, absl::Time now);
+  // Starts the persist writer where options.persist and a spill folder.
+  explicit SessionStore(SessionOptions options);
+  ~SessionStore();
+
+  // A request of session `id` starts: its content (no state for a new
+  // session). `create`: the request starts the session (ALREADY_EXISTS
+  // where it is held); otherwise it continues it (NOT_FOUND where it is not
+  // held, counted by reason, with a message that says whether it expired
+  // or was dropped, or is not held here). FAILED_PRECONDITION while another
+  // request of the session runs.
+  absl::StatusOr<SessionState> Begin(const std::string& id, absl::Time now, bool create);
+
+  // Whether this store holds `id` in memory or in its folder's index (not
+  // a file another replica left there: that is looked up after the peers,
+  // which may hold the session itself).
+  bool Holds(const std::string& id) const;
   // The request ended. `updated`: the session's content now; nullopt keeps
   // the content it had (the request failed, or ended before its prompt was
   // fed), and a new session without content is forgotten.
@@ -70,8 +88,15 @@ class SessionStore {
   // The session's bytes (state_encoding.h).
   absl::StatusOr<ExportedSession> Export(const std::string& id, absl::Time now);
   // Creates or replaces session `id` (FAILED_PRECONDITION while a request
-  // of it runs).
-  absl::Status Import(const std::string& id, SessionState content, absl::Time now);
+  // of it runs). `moved_in`: it came from a peer (SessionStats::moved_in).
+  absl::Status Import(const std::string& id, SessionState content, absl::Time now,
+                      bool moved_in = false);
+  // Moves session `id` out to a peer: its bytes, and this store forgets it
+  // (memory, folder). NOT_FOUND where it is not held, ABORTED while a
+  // request of it runs (the taker retries).
+  absl::StatusOr<ExportedSession> Take(const std::string& id, absl::Time now);
+  // A turn's session was held by a peer that could not hand it over.
+  void CountPeerUnavailable();
 
   // Every session in memory to the spill folder (no-op without one).
   absl::Status SpillAll();
@@ -87,6 +112,7 @@ class SessionStore {
     SessionState content;
     bool busy = false;
     absl::Time last_used;
+    uint64_t version = 0;  // bumped by every change of `content`
   };
   using Lru = std::list<Record>;
 
@@ -105,12 +131,28 @@ class SessionStore {
   // Removes a spilled session's file; false if there is none.
   bool DropSpilledLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DropSpilledFileLocked(const std::string& file_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Renames the file at `path` to a name of this process's own, so that no
+  // other replica can take it, and reads it: nullopt where it is gone (not
+  // there, or another replica claimed it first). A file that cannot be
+  // decoded is renamed back and its error returned.
+  absl::StatusOr<std::optional<decoding::EncodedState>> ClaimFileLocked(const std::string& id,
+                                                                        const std::string& path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes `id` from memory (and its persisted file).
+  void EraseLocked(Lru::iterator record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `id` for the persist writer.
+  void QueuePersistLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  bool PersistWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Spills or drops idle sessions until memory is under the budget.
   void BalanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteLocked(const Record& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddBytesLocked(const Record& record, int64_t sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionOptions options_;
+  // Random, per store: the suffix of the files it claims or writes, so that
+  // replicas sharing the folder never write to the same temporary name.
+  const std::string claim_suffix_;
   // The engine thread (Begin, End, Expire) and the session RPCs (Delete,
   // Export, Import) and a metrics scrape (Stats).
   mutable absl::Mutex mu_;
@@ -122,6 +164,11 @@ class SessionStore {
   std::unordered_set<std::string> dropped_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> dropped_order_ ABSL_GUARDED_BY(mu_);
   SessionStats stats_ ABSL_GUARDED_BY(mu_);
+  // Persist writer: ids waiting (each once), and its thread.
+  std::deque<std::string> to_persist_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<std::string> queued_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
 };
 
 }  // namespace performer::server

@@ -44,6 +44,10 @@ struct SessionOptions {
   decoding::ModelFingerprint fingerprint;
   int64_t max_state_bytes = int64_t{1} << 30;  // bound when reading a spilled file
   size_t remembered_ids = 10000;               // dropped ids that answer NOT_FOUND
+  // Write each session to spill_dir after every turn (a writer thread, off
+  // the engine's), so that a replica killed without a drain loses no
+  // session: another replica sharing the folder takes it from there.
+  bool persist = false;
 };
 
 struct SessionStats {
@@ -53,6 +57,13 @@ struct SessionStats {
   int64_t spilled_bytes = 0;
   int64_t expired = 0;  // dropped for their TTL
   int64_t evicted = 0;  // dropped for the memory budget (no spill folder)
+  int64_t moved_in = 0;   // taken from a peer replica (TakeSession)
+  int64_t moved_out = 0;  // given to a peer replica
+  int64_t persisted = 0;  // files written after a turn (SessionOptions::persist)
+  // Turns naming a session this replica could not continue, by reason.
+  int64_t misses_not_held = 0;  // not here, in the folder or at a peer
+  int64_t misses_expired = 0;   // expired or dropped for the memory budget
+  int64_t misses_peer_unavailable = 0;  // a peer holds it but could not hand it over
 };
 
 // A session's state as bytes (core/decoding/state_encoding.h).

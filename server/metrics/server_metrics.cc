@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cmath>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -146,13 +147,21 @@ class ServerMetrics::ModelObserver : public EngineObserver {
 namespace {
 
 // The prefix-state cache's and the sessions' series, read from EngineStats.
+// Entries of one name are one family, told apart by their extra label.
 struct StateReuseMetric {
   const char* name;
   const char* help;
   MetricType type;
   int64_t (*value)(const EngineStats&);
+  const char* label = nullptr;  // extra label name, or none
+  const char* label_value = nullptr;
 };
-const std::array<StateReuseMetric, 11> kStateReuseMetrics = {{
+constexpr char kMovedHelp[] = "Sessions moved between replicas (TakeSession), by direction";
+constexpr char kMissHelp[] =
+    "Session turns refused because the session could not be continued here, by reason: "
+    "not_held (not here, in the spill folder or at a peer), expired (TTL or memory budget), "
+    "peer_unavailable (a peer holds it but could not hand it over now)";
+const std::array<StateReuseMetric, 17> kStateReuseMetrics = {{
     {"performer_prefix_cache_queries_total", "Prompts looked up in the prefix-state cache",
      MetricType::Counter, [](const EngineStats& s) { return s.prefix_cache.queries; }},
     {"performer_prefix_cache_hits_total", "Prompts that resumed from a cached prefix state",
@@ -180,7 +189,30 @@ const std::array<StateReuseMetric, 11> kStateReuseMetrics = {{
      "Sessions dropped (idle past the TTL, or past the memory budget without a spill folder)",
      MetricType::Counter,
      [](const EngineStats& s) { return s.sessions.expired + s.sessions.evicted; }},
+    {"performer_sessions_moved_total", kMovedHelp, MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.moved_in; }, "direction", "in"},
+    {"performer_sessions_moved_total", kMovedHelp, MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.moved_out; }, "direction", "out"},
+    {"performer_session_misses_total", kMissHelp, MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.misses_not_held; }, "reason", "not_held"},
+    {"performer_session_misses_total", kMissHelp, MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.misses_expired; }, "reason", "expired"},
+    {"performer_session_misses_total", kMissHelp, MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.misses_peer_unavailable; }, "reason",
+     "peer_unavailable"},
+    {"performer_sessions_persisted_total",
+     "Session files written after a turn (--session_persist)", MetricType::Counter,
+     [](const EngineStats& s) { return s.sessions.persisted; }},
 }};
+
+// The index of the family of kStateReuseMetrics[i] in the collected list.
+size_t ReuseFamilyIndex(size_t i) {
+  size_t family = 0;
+  for (size_t j = 1; j <= i; ++j) {
+    if (std::string_view(kStateReuseMetrics[j].name) != kStateReuseMetrics[j - 1].name) ++family;
+  }
+  return family;
+}
 
 }  // namespace
 
@@ -209,8 +241,10 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
         "1 unless work waits or runs and the engine completed no step within the liveness window",
         MetricType::Gauge);
     std::vector<MetricFamily> reuse;
-    for (const StateReuseMetric& m : kStateReuseMetrics)
-      reuse.push_back(Family(m.name, m.help, m.type));
+    for (size_t i = 0; i < kStateReuseMetrics.size(); ++i) {
+      const StateReuseMetric& m = kStateReuseMetrics[i];
+      if (ReuseFamilyIndex(i) == reuse.size()) reuse.push_back(Family(m.name, m.help, m.type));
+    }
     for (const auto& model : repository_.models()) {
       if (!model->engine) continue;
       const EngineStats stats = model->engine->Stats();
@@ -230,8 +264,11 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
       healthy.metric.push_back(
           Sample(model->engine->Healthy(stall_) ? 1.0 : 0.0, MetricType::Gauge, labels));
       for (size_t i = 0; i < kStateReuseMetrics.size(); ++i) {
-        reuse[i].metric.push_back(Sample(static_cast<double>(kStateReuseMetrics[i].value(stats)),
-                                         kStateReuseMetrics[i].type, labels));
+        const StateReuseMetric& m = kStateReuseMetrics[i];
+        std::vector<ClientMetric::Label> with = labels;
+        if (m.label != nullptr) with.push_back({m.label, m.label_value});
+        reuse[ReuseFamilyIndex(i)].metric.push_back(
+            Sample(static_cast<double>(m.value(stats)), m.type, with));
       }
     }
     std::vector<MetricFamily> out = {active, free, queued, used, capacity, last_step, healthy};

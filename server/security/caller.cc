@@ -10,17 +10,19 @@ std::string_view PermissionName(Permission permission) {
       return "priority";
     case Permission::kCancelAny:
       return "cancel_any";
+    case Permission::kPeer:
+      return "peer";
   }
   return "unknown";
 }
 
 absl::StatusOr<uint32_t> ParsePermission(std::string_view name) {
   if (name == "admin") return kAllPermissions;
-  for (Permission p : {Permission::kPriority, Permission::kCancelAny}) {
+  for (Permission p : {Permission::kPriority, Permission::kCancelAny, Permission::kPeer}) {
     if (name == PermissionName(p)) return static_cast<uint32_t>(p);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown permission \"", std::string(name),
-                                                 "\" (known: priority, cancel_any, admin = both)"));
+                                                 "\" (known: priority, cancel_any, peer, admin = all three)"));
 }
 
 }  // namespace performer::server

@@ -17,16 +17,20 @@ enum class Permission : uint32_t {
   kPriority = 1u << 0,
   // Cancel requests of any caller, not only one's own.
   kCancelAny = 1u << 1,
+  // Move any caller's session out of this replica (TakeSession): what a
+  // peer replica's token carries.
+  kPeer = 1u << 2,
 };
 
 // Every permission: what "admin" grants.
-inline constexpr uint32_t kAllPermissions =
-    static_cast<uint32_t>(Permission::kPriority) | static_cast<uint32_t>(Permission::kCancelAny);
+inline constexpr uint32_t kAllPermissions = static_cast<uint32_t>(Permission::kPriority) |
+                                            static_cast<uint32_t>(Permission::kCancelAny) |
+                                            static_cast<uint32_t>(Permission::kPeer);
 
 // The name of a permission in token files, logs and metrics labels.
 std::string_view PermissionName(Permission permission);
 
-// "priority", "cancel_any" or "admin" (every permission) as a bit set;
+// "priority", "cancel_any", "peer" or "admin" (every permission) as a bit set;
 // INVALID_ARGUMENT for anything else.
 absl::StatusOr<uint32_t> ParsePermission(std::string_view name);
 

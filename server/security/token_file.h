@@ -9,7 +9,7 @@
 // digits and "-_."; it goes into logs, the caller metric label and the
 // request-id namespace, and defaults to "line-<N>" (its line number). Names
 // may repeat (a client's old and new token while rotating); tokens may not.
-// Permissions: priority, cancel_any, admin (= every permission); none by
+// Permissions: priority, cancel_any, peer, admin (= every permission); none by
 // default. Errors name the line, never the token.
 #pragma once
 

@@ -74,11 +74,46 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
   r.return_logprobs = wire.return_logprobs();
   r.priority = wire.priority();
   r.session_id = wire.session_id();
+  r.create_session = wire.create_session();
   const auto deadline = context.deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     r.deadline = absl::FromChrono(deadline);
   }
   return r;
+}
+
+// The x-session-id request metadata (a proxy's routing key) must name the
+// request's session where both are given.
+absl::Status CheckSessionMetadata(const grpc::CallbackServerContext& context,
+                                  const v1::GenerateRequest& wire) {
+  const auto& metadata = context.client_metadata();
+  const auto header = metadata.find("x-session-id");
+  if (header == metadata.end() || wire.session_id().empty()) return absl::OkStatus();
+  const std::string routed(header->second.data(), header->second.size());
+  if (routed == wire.session_id()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "x-session-id metadata \"", BoundUserText(routed), "\" is not the request's session_id \"",
+      BoundUserText(wire.session_id()), "\": a proxy routes the turn by the metadata"));
+}
+
+// A turn of a session this replica does not hold: the peers are asked to
+// move it here first. NOT_FOUND from them is not an error here: the engine
+// then looks in the spill folder and answers the miss itself; `note` keeps
+// the peers that could not be asked, for that answer.
+absl::Status BringSession(const GenerationStart& options, HostedModel& model,
+                          const GenerationRequest& r, std::string* note) {
+  if (r.session_id.empty() || r.create_session || options.peers == nullptr ||
+      !options.peers->enabled() || !ValidateSessionId(r.session_id).ok() ||
+      model.engine->HoldsSession(r.session_id, r.owner)) {
+    return absl::OkStatus();
+  }
+  absl::Status fetched = options.peers->Fetch(*model.engine, r.session_id, r.owner);
+  if (absl::IsNotFound(fetched)) {
+    *note = std::string(fetched.message());
+    return absl::OkStatus();
+  }
+  if (absl::IsUnavailable(fetched)) model.engine->CountSessionPeerUnavailable();
+  return fetched;
 }
 
 // The client's own timer fires a little before the server's copy of the
@@ -176,6 +211,7 @@ void FillChunk(const std::string& request_id, const StreamChunk& chunk,
   response->mutable_token_ids()->Add(chunk.token_ids.begin(), chunk.token_ids.end());
   response->mutable_text()->append(chunk.text);
   response->mutable_logprobs()->Add(chunk.logprobs.begin(), chunk.logprobs.end());
+  if (chunk.session_position > 0) response->set_session_position(chunk.session_position);
 }
 
 void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
@@ -187,6 +223,7 @@ void FillSummary(const StreamSummary& summary, v1::GenerateResponse* response) {
   response->mutable_timings()->set_queue_seconds(summary.queue_seconds);
   response->mutable_timings()->set_time_to_first_token_seconds(summary.time_to_first_token_seconds);
   response->mutable_timings()->set_total_seconds(summary.total_seconds);
+  if (summary.session_position > 0) response->set_session_position(summary.session_position);
 }
 
 bool SendsFinalMessage(const StreamSummary& summary) {
@@ -261,6 +298,7 @@ grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart&
         absl::StrCat("priority: ", wire.priority(), " is above ", options.max_priority_unprivileged,
                      ", the highest a caller without the \"priority\" permission may ask for"));
   }
+  if (absl::Status s = CheckSessionMetadata(*context, wire); !s.ok()) return ToGrpc(s);
   absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
   if (!model.ok()) return ToGrpc(model.status());
   record.model = (*model)->name;
@@ -270,6 +308,10 @@ grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart&
   request->max_buffered_tokens = options.buffer_tokens;
   request->owner = caller->name;
   record.request_id = request->request_id;
+  std::string peers_note;
+  if (absl::Status s = BringSession(options, **model, *request, &peers_note); !s.ok()) {
+    return ToGrpc(s);
+  }
   auto stream = std::make_shared<RequestStream>(options.buffer_tokens);
   // The listener is attached before the engine can produce anything.
   attach(request->request_id, stream);
@@ -281,6 +323,9 @@ grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart&
     }
     submitted = absl::ResourceExhaustedError(
         absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
+  }
+  if (absl::IsNotFound(submitted) && !peers_note.empty()) {
+    submitted = absl::NotFoundError(absl::StrCat(submitted.message(), " (", peers_note, ")"));
   }
   return ToGrpc(submitted);
 }

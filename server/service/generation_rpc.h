@@ -28,6 +28,7 @@
 #include "server/repository/model_repository.h"
 #include "server/security/security_observer.h"
 #include "server/security/token_authenticator.h"
+#include "server/service/session_peers.h"
 
 namespace performer::server {
 
@@ -204,6 +205,9 @@ struct GenerationStart {
   const TokenAuthenticator* tokens = nullptr;
   int32_t max_priority_unprivileged = 0;
   SecurityObserver* security_observer = nullptr;
+  // Where a turn's session is not held here, it is moved from these peers
+  // first (not owned; null = none).
+  SessionPeers* peers = nullptr;
 };
 
 // Resolves the model, converts `wire` into the engine's request (tokenized,
@@ -213,6 +217,8 @@ struct GenerationStart {
 // the request with: UNAVAILABLE (DrainingError) while the repository drains, NOT_FOUND /
 // FAILED_PRECONDITION for the model, UNAUTHENTICATED for a token revoked since the call gate,
 // PERMISSION_DENIED for a priority the caller may not ask for,
+// INVALID_ARGUMENT for an x-session-id metadata that is not the session_id,
+// UNAVAILABLE for a session a peer holds but cannot hand over now,
 // INVALID_ARGUMENT from the engine's one validation
 // (ValidateGenerationRequest), RESOURCE_EXHAUSTED (with a retry hint) when
 // the model's queue is full.

@@ -344,4 +344,41 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
   return AnswerNow(context, scope, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* GenerationService::TakeSession(grpc::CallbackServerContext* context,
+                                                         const v1::TakeSessionRequest* request,
+                                                         v1::SessionState* response) {
+  RpcScope scope(options_.observers, "TakeSession", kPerformerProtocol, context);
+  absl::StatusOr<SessionTarget> target = ResolveSessionTarget(
+      *context, options_.tokens, repository_, scope, request->model(), request->session_id());
+  if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
+  // Another caller's session only for a peer replica's token.
+  std::string owner = target->caller;
+  if (options_.tokens != nullptr && request->owner() != target->caller) {
+    const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
+    if (!caller.ok() || !caller->Has(Permission::kPeer)) {
+      return AnswerNow(context, scope,
+                       grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                    "owner: another caller's session moves only to a peer "
+                                    "replica, whose token has the \"peer\" permission"));
+    }
+    owner = request->owner();
+  }
+  Engine& engine = *target->model->engine;
+  if (request->fingerprint() != FingerprintText(engine.fingerprint())) {
+    return AnswerNow(
+        context, scope,
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                     absl::StrCat("fingerprint: model ", target->model->name,
+                                  " here has other weights or configuration; the session stays")));
+  }
+  absl::StatusOr<ExportedSession> taken = engine.TakeSession(request->session_id(), owner);
+  if (!taken.ok()) return AnswerNow(context, scope, ToGrpc(taken.status()));
+  response->set_model(target->model->name);
+  response->set_session_id(request->session_id());
+  response->set_position(taken->position);
+  response->set_tokens(taken->tokens);
+  response->set_data(std::move(taken->data));
+  return AnswerNow(context, scope, grpc::Status::OK);
+}
+
 }  // namespace performer::server

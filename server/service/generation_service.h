@@ -29,6 +29,7 @@ struct ServiceOptions {
   // may ask for; above it PERMISSION_DENIED.
   int32_t max_priority_unprivileged = 0;
   SecurityObserver* security_observer = nullptr;  // not owned; may be null
+  SessionPeers* peers = nullptr;  // not owned; null = sessions do not move in
 };
 
 // How a generation served with `options` starts (StartGeneration).
@@ -38,6 +39,7 @@ inline GenerationStart StartSettings(const ServiceOptions& options, int64_t buff
   start.tokens = options.tokens;
   start.max_priority_unprivileged = options.max_priority_unprivileged;
   start.security_observer = options.security_observer;
+  start.peers = options.peers;
   return start;
 }
 
@@ -71,6 +73,9 @@ class GenerationService final : public performer::v1::Generation::CallbackServic
   grpc::ServerUnaryReactor* ImportSession(grpc::CallbackServerContext* context,
                                           const v1::ImportSessionRequest* request,
                                           v1::ImportSessionResponse* response) override;
+  grpc::ServerUnaryReactor* TakeSession(grpc::CallbackServerContext* context,
+                                        const v1::TakeSessionRequest* request,
+                                        v1::SessionState* response) override;
 
  private:
   ModelRepository& repository_;

@@ -249,19 +249,16 @@ absl::Status ApplyParameter(const std::string& name, const InferParameter& p,
     g->set_session_id(p.string_param());
     return absl::OkStatus();
   }
-  if (name == "ignore_eos") {
+  if (name == "ignore_eos" || name == "create_session" ||
+      name == "triton_enable_empty_final_response") {
     if (p.parameter_choice_case() != InferParameter::kBoolParam) {
       return WrongKind(name, p, "a bool (bool_param)");
     }
-    g->set_ignore_eos(p.bool_param());
-    return absl::OkStatus();
-  }
-  if (name == "triton_enable_empty_final_response") {
-    // Triton's streaming clients send it; the final response (which carries
-    // the finish reason) is sent whatever its value.
-    if (p.parameter_choice_case() != InferParameter::kBoolParam) {
-      return WrongKind(name, p, "a bool (bool_param)");
-    }
+    if (name == "ignore_eos") g->set_ignore_eos(p.bool_param());
+    if (name == "create_session") g->set_create_session(p.bool_param());
+    // Triton's streaming clients send triton_enable_empty_final_response;
+    // the final response (which carries the finish reason) is sent
+    // whatever its value.
     return absl::OkStatus();
   }
   return Invalid(absl::StrCat("parameter ", BoundUserText(name)),
@@ -418,6 +415,9 @@ void FillInferResponse(const InferReply& reply, const v1::GenerateResponse& gene
         std::string(generation::FinishReasonName(summary->reason)));
     parameters["prompt_tokens"].set_int64_param(summary->prompt_tokens);
     parameters["generated_tokens"].set_int64_param(summary->generated_tokens);
+    if (summary->session_position > 0) {
+      parameters["session_position"].set_int64_param(summary->session_position);
+    }
   }
 }
 

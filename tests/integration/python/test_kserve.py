@@ -150,6 +150,7 @@ class KServeTest(unittest.TestCase):
         # performer.v1 are one session.
         first = text_request(PROMPT, "kserve-turn-1", max_tokens=3)
         first.parameters["session_id"].string_param = "kserve-chat"
+        first.parameters["create_session"].bool_param = True
         self.stub.ModelInfer(first, timeout=TIMEOUT_S)
         state = self.server.stub.ExportSession(
             pb.ExportSessionRequest(model=MODEL, session_id="kserve-chat"), timeout=TIMEOUT_S)
@@ -157,7 +158,10 @@ class KServeTest(unittest.TestCase):
         second = text_request("and then", "kserve-turn-2", max_tokens=2)
         second.parameters["session_id"].string_param = "kserve-chat"
         response = self.stub.ModelInfer(second, timeout=TIMEOUT_S)
-        self.assertEqual(response.parameters["prompt_tokens"].int64_param, len("and then"))
+        seen = len(PROMPT.encode("utf-8")) + 3
+        self.assertEqual(response.parameters["prompt_tokens"].int64_param, seen + len("and then"))
+        self.assertEqual(response.parameters["session_position"].int64_param,
+                         seen + len("and then") + 2)
         state = self.server.stub.ExportSession(
             pb.ExportSessionRequest(model=MODEL, session_id="kserve-chat"), timeout=TIMEOUT_S)
         self.assertEqual(state.tokens, len(PROMPT.encode("utf-8")) + 3 + len("and then") + 2)

@@ -102,7 +102,7 @@ class ModelsTest(harness.ServerTestCase):
                     methods = {m.name for m in service.method}
         self.assertEqual(methods, {"GenerateStream", "Generate", "Cancel", "ListModels",
                                    "GetModel", "Embed", "DeleteSession", "ExportSession",
-                                   "ImportSession"})
+                                   "ImportSession", "TakeSession"})
 
     # -- models ---------------------------------------------------------------
     def test_listening_line(self):

@@ -322,6 +322,7 @@ class TlsAndTokensTest(SecureServerTestCase):
     def test_a_caller_cannot_reach_another_callers_session(self):
         turn = greedy(3)
         turn.session_id = "shared-session"
+        turn.create_session = True
         self.stub.Generate(turn, timeout=RPC_TIMEOUT, metadata=bearer(ALICE))
         export = pb.ExportSessionRequest(model=MODEL, session_id="shared-session")
         for call in (lambda: self.stub.ExportSession(export, timeout=RPC_TIMEOUT,

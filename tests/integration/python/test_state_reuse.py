@@ -9,11 +9,16 @@ default model (the done-when of the state features):
 * two turns of a session give the tokens of the whole history sent at once;
 * export -> delete -> import -> continue equals the uninterrupted session;
 * a corrupted state is refused (INVALID_ARGUMENT) and the server serves on;
-* sessions written to --state_spill_dir at SIGTERM continue in a new server.
+* sessions written to --state_spill_dir at SIGTERM continue in a new server;
+* performer-client: generate --create_session / --session, export --out,
+  delete, import --in, and its usage errors.
 """
 
+import json
 import os
+import re
 import signal
+import subprocess
 import unittest
 
 import grpc
@@ -33,8 +38,21 @@ def long_prompt(length, salt=""):
     return (text * (length // len(text) + 1))[:length].encode()
 
 
-def generate(stub, prompt, max_new, session_id="", seed=None, timeout=120):
-    request = pb.GenerateRequest(model=MODEL, max_new_tokens=max_new, session_id=session_id)
+def client_binary():
+    return os.environ.get("PERFORMER_CLIENT") or os.path.join(harness.REPO, "build", "tools",
+                                                              "performer-client")
+
+
+def run_client(server, *args):
+    """performer-client against `server`; its stdout and stderr as text."""
+    return subprocess.run([client_binary(), "--server=" + server.address, "--timeout=60s"]
+                          + list(args), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def generate(stub, prompt, max_new, session_id="", seed=None, timeout=120, create=False):
+    request = pb.GenerateRequest(model=MODEL, max_new_tokens=max_new, session_id=session_id,
+                                 create_session=create)
     request.prompt_tokens.ids.extend(prompt)
     if seed is None:
         request.temperature = 0.0
@@ -104,16 +122,21 @@ class StateReuseTest(unittest.TestCase):
     def test_two_turns_equal_the_whole_history(self):
         turn1 = b"Q: Why is the sky blue?\nA:"
         turn2 = b"\nQ: Are you sure?\nA:"
-        one = generate(self.cached.stub, turn1, 40, session_id="history-test")
+        one = generate(self.cached.stub, turn1, 40, session_id="history-test", create=True)
         two = generate(self.cached.stub, turn2, 40, session_id="history-test")
-        self.assertEqual(two.usage.prompt_tokens, len(turn2))
+        seen = len(turn1) + len(one.token_ids)
+        self.assertEqual(one.session_position, seen)
+        # The history counts as prompt, served from the state.
+        self.assertEqual(two.usage.prompt_tokens, seen + len(turn2))
+        self.assertEqual(two.usage.cached_prompt_tokens, seen - 1)
+        self.assertEqual(two.session_position, seen + len(turn2) + len(two.token_ids))
         whole = generate(self.cold.stub, turn1 + bytes(one.token_ids) + turn2, 40)
         self.assertEqual(list(two.token_ids), list(whole.token_ids))
 
     def test_export_delete_import_continues_the_session(self):
         stub = self.cached.stub
         for sid in ("uninterrupted", "moved"):
-            generate(stub, b"Knock knock.\n", 12, session_id=sid)
+            generate(stub, b"Knock knock.\n", 12, session_id=sid, create=True)
         state = stub.ExportSession(pb.ExportSessionRequest(model=MODEL, session_id="moved"),
                                    timeout=30)
         self.assertEqual(state.tokens, 13 + 12)
@@ -131,7 +154,7 @@ class StateReuseTest(unittest.TestCase):
 
     def test_a_corrupted_state_is_refused_and_the_server_serves_on(self):
         stub = self.cached.stub
-        generate(stub, b"Hello", 4, session_id="to-corrupt")
+        generate(stub, b"Hello", 4, session_id="to-corrupt", create=True)
         data = bytearray(stub.ExportSession(
             pb.ExportSessionRequest(model=MODEL, session_id="to-corrupt"), timeout=30).data)
         data[len(data) // 2] ^= 0xFF
@@ -146,14 +169,125 @@ class StateReuseTest(unittest.TestCase):
     def test_sessions_survive_a_restart_through_the_spill_folder(self):
         spill = harness.make_temp_dir("spill")
         first = self.start(("--prefill_chunk_tokens=256",), "spill-a", spill_dir=spill)
-        generate(first.stub, b"Once upon a time", 10, session_id="story")
-        generate(self.cold.stub, b"Once upon a time", 10, session_id="story-twin")
+        generate(first.stub, b"Once upon a time", 10, session_id="story", create=True)
+        generate(self.cold.stub, b"Once upon a time", 10, session_id="story-twin", create=True)
         self.assertEqual(first.stop(), 0)
         self.assertTrue(os.listdir(os.path.join(spill, MODEL)), "nothing spilled")
         second = self.start(("--prefill_chunk_tokens=256",), "spill-b", spill_dir=spill)
         resumed = generate(second.stub, b" there was", 12, session_id="story")
         twin = generate(self.cold.stub, b" there was", 12, session_id="story-twin")
         self.assertEqual(list(resumed.token_ids), list(twin.token_ids))
+
+    def client_turn(self, prompt, max_new, *flags):
+        """A greedy performer-client generate --json on the cached server:
+        (its tokens, the largest session_position of its messages, the
+        session_position of its summary line)."""
+        result = run_client(self.cached, "--json", "generate", "--model=" + MODEL,
+                            "--temperature=0", "--max_new_tokens=%d" % max_new,
+                            "--tokens=" + ",".join(str(b) for b in prompt), *flags)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        messages = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+        self.assertTrue(messages, result.stdout)
+        tokens = [t for m in messages for t in m.get("token_ids", [])]
+        # int64 is a JSON string in proto3's mapping.
+        position = max(int(m.get("session_position", "0")) for m in messages)
+        summary = re.search(r" session=(\S+) session_position=(\d+)", result.stderr)
+        self.assertIsNotNone(summary, result.stderr)
+        return tokens, position, summary.group(1), int(summary.group(2))
+
+    def test_performer_client_sessions_export_delete_import(self):
+        sid = "client-chat"
+        turn1, turn2, turn3 = b"Knock knock.\n", b"Who's there?\n", b"Lettuce.\n"
+        session = "--session=" + sid
+
+        one, pos1, summary_sid, summary_pos = self.client_turn(turn1, 12, session,
+                                                               "--create_session")
+        self.assertTrue(one)
+        self.assertEqual(summary_sid, sid)
+        self.assertEqual(pos1, len(turn1) + len(one))
+        self.assertEqual(summary_pos, pos1)
+        two, pos2, _, summary_pos = self.client_turn(turn2, 12, session)
+        self.assertTrue(two)
+        self.assertEqual(pos2, pos1 + len(turn2) + len(two))
+        self.assertEqual(summary_pos, pos2)
+
+        # Starting it again is refused, and leaves the session as it was.
+        again = run_client(self.cached, "generate", "--model=" + MODEL, "--max_new_tokens=1",
+                           "--tokens=1", session, "--create_session")
+        self.assertEqual(again.returncode, 1, again.stderr)
+        self.assertIn("error: ALREADY_EXISTS", again.stderr)
+
+        state_file = os.path.join(harness.make_temp_dir("client-session"), "chat.state")
+        exported = run_client(self.cached, "export", session, "--model=" + MODEL,
+                              "--out=" + state_file)
+        self.assertEqual(exported.returncode, 0, exported.stderr)
+        described = re.search(r"exported session=(\S+) model=(\S+) position=(\d+) tokens=(\d+) "
+                              r"bytes=(\d+) to ", exported.stderr)
+        self.assertIsNotNone(described, exported.stderr)
+        self.assertEqual(described.group(1), sid)
+        self.assertEqual(described.group(2), MODEL)
+        self.assertEqual(int(described.group(4)), pos2)
+        exported_position = int(described.group(3))
+        self.assertIn(exported_position, (pos2 - 1, pos2))
+        with open(state_file, "rb") as f:
+            data = f.read()
+        self.assertEqual(len(data), int(described.group(5)))
+        # The same bytes as the API gives.
+        state = self.cached.stub.ExportSession(
+            pb.ExportSessionRequest(model=MODEL, session_id=sid), timeout=30)
+        self.assertEqual(data, state.data)
+
+        deleted = run_client(self.cached, "delete", session, "--model=" + MODEL)
+        self.assertEqual(deleted.returncode, 0, deleted.stderr)
+        self.assertEqual(deleted.stdout.strip(), "deleted session=%s" % sid)
+        gone = run_client(self.cached, "generate", "--model=" + MODEL, "--temperature=0",
+                          "--max_new_tokens=4", "--tokens=" + ",".join(str(b) for b in turn3),
+                          session)
+        self.assertEqual(gone.returncode, 1, gone.stderr)
+        self.assertIn("error: NOT_FOUND", gone.stderr)
+        self.assertEqual(gone.stdout, "")
+
+        imported = run_client(self.cached, "import", session, "--model=" + MODEL,
+                              "--in=" + state_file)
+        self.assertEqual(imported.returncode, 0, imported.stderr)
+        self.assertEqual(imported.stdout.strip(),
+                         "imported session=%s position=%d" % (sid, exported_position))
+
+        three, pos3, _, _ = self.client_turn(turn3, 16, session)
+        self.assertEqual(pos3, pos2 + len(turn3) + len(three))
+        whole = generate(self.cold.stub, turn1 + bytes(one) + turn2 + bytes(two) + turn3, 16)
+        self.assertEqual(three, list(whole.token_ids))
+
+    def test_performer_client_session_usage_errors(self):
+        work = harness.make_temp_dir("client-usage")
+        too_big = os.path.join(work, "too-big.state")
+        with open(too_big, "wb") as f:
+            f.truncate((1 << 30) + 1)  # sparse: no disk is used
+        missing = os.path.join(work, "missing.state")
+        cases = [
+            (("export", "--out=" + missing), "export needs --session=ID"),
+            (("import", "--in=" + too_big), "import needs --session=ID"),
+            (("delete",), "delete needs --session=ID"),
+            (("export", "--session=s"), "export needs --out=FILE"),
+            (("import", "--session=s"), "import needs --in=FILE"),
+            (("--json", "export", "--session=s", "--out=-"), "give --out=FILE"),
+            (("delete", "--session=s", "extra"), "delete takes no arguments"),
+            (("generate", "--create_session", "--tokens=1"), "--create_session needs --session"),
+            (("list", "--session=s"), "--session only applies to"),
+            (("import", "--session=s", "--create_session", "--in=" + missing),
+             "--create_session only applies to generate"),
+            (("generate", "--session=s", "--out=" + missing, "--tokens=1"),
+             "--out only applies to export"),
+            (("delete", "--session=tab\there"), "printable ASCII"),
+            (("delete", "--session= padded"), "must not begin or end with a space"),
+            (("import", "--session=s", "--in=" + missing), "cannot read " + missing),
+            (("import", "--session=s", "--in=" + too_big), "holds more than 1 GiB"),
+        ]
+        for args, message in cases:
+            result = run_client(self.cached, *args)
+            self.assertEqual(result.returncode, 2, (args, result.stderr))
+            self.assertIn(message, result.stderr, args)
+        self.assertFalse(os.path.exists(missing))
 
 
 if __name__ == "__main__":

@@ -57,39 +57,70 @@ const absl::Time kStart = absl::FromUnixSeconds(1700000000);
 
 TEST(SessionStoreTest, ATurnLeavesItsStateForTheNext) {
   SessionStore store(Options());
-  absl::StatusOr<SessionState> first = store.Begin("s", kStart);
+  absl::StatusOr<SessionState> first = store.Begin("s", kStart, true);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(first->state, nullptr);  // a new session
-  EXPECT_EQ(store.Begin("s", kStart).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Begin("s", kStart, false).status().code(), absl::StatusCode::kFailedPrecondition);
   store.End("s", Content(5), kStart);
-  absl::StatusOr<SessionState> second = store.Begin("s", kStart);
+  absl::StatusOr<SessionState> second = store.Begin("s", kStart, false);
   ASSERT_TRUE(second.ok());
   ASSERT_NE(second->state, nullptr);
   EXPECT_EQ(second->state->position, 5);
   EXPECT_EQ(second->tokens.size(), 6u);
   // A failed turn keeps what the session had.
   store.End("s", std::nullopt, kStart);
-  EXPECT_EQ(store.Begin("s", kStart)->state->position, 5);
+  EXPECT_EQ(store.Begin("s", kStart, false)->state->position, 5);
   store.End("s", std::nullopt, kStart);
   EXPECT_EQ(StatsAt(store, kStart).sessions, 1);
   // A new session whose first turn failed is forgotten.
-  ASSERT_TRUE(store.Begin("t", kStart).ok());
+  ASSERT_TRUE(store.Begin("t", kStart, true).ok());
   store.End("t", std::nullopt, kStart);
   EXPECT_EQ(StatsAt(store, kStart).sessions, 1);
-  EXPECT_EQ(store.Begin("t", kStart)->state, nullptr);
+  // ... and a turn of it is NOT_FOUND, never a fresh session.
+  EXPECT_EQ(store.Begin("t", kStart, false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(StatsAt(store, kStart).misses_not_held, 1);
+}
+
+TEST(SessionStoreTest, CreatingAHeldSessionIsRefused) {
+  SessionStore store(Options());
+  ASSERT_TRUE(store.Begin("s", kStart, true).ok());
+  EXPECT_EQ(store.Begin("s", kStart, true).status().code(), absl::StatusCode::kAlreadyExists);
+  store.End("s", Content(2), kStart);
+  EXPECT_EQ(store.Begin("s", kStart, true).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store.Holds("s"));
+  EXPECT_FALSE(store.Holds("t"));
+}
+
+// Take hands a session out once: ABORTED while a turn of it runs (the
+// taker retries), then its bytes, then NOT_FOUND.
+TEST(SessionStoreTest, TakeMovesASessionOutOnce) {
+  SessionStore store(Options());
+  ASSERT_TRUE(store.Begin("s", kStart, true).ok());
+  store.End("s", Content(3), kStart);
+  ASSERT_TRUE(store.Begin("s", kStart, false).ok());
+  EXPECT_EQ(store.Take("s", kStart).status().code(), absl::StatusCode::kAborted);
+  store.End("s", std::nullopt, kStart);
+  absl::StatusOr<ExportedSession> taken = store.Take("s", kStart);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->position, 3);
+  EXPECT_EQ(store.Take("s", kStart).status().code(), absl::StatusCode::kNotFound);
+  const SessionStats stats = StatsAt(store, kStart);
+  EXPECT_EQ(stats.moved_out, 1);
+  EXPECT_EQ(stats.sessions, 0);
+  EXPECT_EQ(stats.bytes, 0);
 }
 
 TEST(SessionStoreTest, DeleteExportAndImport) {
   SessionStore store(Options());
   EXPECT_EQ(store.Delete("s").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store.Export("s", kStart).status().code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE(store.Begin("s", kStart).ok());
+  ASSERT_TRUE(store.Begin("s", kStart, true).ok());
   store.End("s", Content(3), kStart);
   absl::StatusOr<ExportedSession> exported = store.Export("s", kStart);
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(exported->position, 3);
   EXPECT_EQ(exported->tokens, 4);
-  ASSERT_TRUE(store.Begin("s", kStart).ok());
+  ASSERT_TRUE(store.Begin("s", kStart, false).ok());
   EXPECT_EQ(store.Delete("s").code(), absl::StatusCode::kFailedPrecondition);  // running
   EXPECT_EQ(store.Import("s", Content(1), kStart).code(), absl::StatusCode::kFailedPrecondition);
   store.End("s", std::nullopt, kStart);
@@ -101,7 +132,7 @@ TEST(SessionStoreTest, DeleteExportAndImport) {
   ASSERT_TRUE(decoded.ok());
   SessionState content{std::make_shared<StateSnapshot>(decoded->snapshot), decoded->tokens};
   ASSERT_TRUE(store.Import("u", content, kStart).ok());
-  absl::StatusOr<SessionState> back = store.Begin("u", kStart);
+  absl::StatusOr<SessionState> back = store.Begin("u", kStart, false);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->state->position, 3);
   EXPECT_TRUE(torch::equal(back->state->layers[0][0], torch::full({4}, 3.0f)));
@@ -109,31 +140,31 @@ TEST(SessionStoreTest, DeleteExportAndImport) {
 
 TEST(SessionStoreTest, IdleSessionsExpireAndAnswerNotFound) {
   SessionStore store(Options());
-  ASSERT_TRUE(store.Begin("s", kStart).ok());
+  ASSERT_TRUE(store.Begin("s", kStart, true).ok());
   store.End("s", Content(2), kStart);
   EXPECT_EQ(StatsAt(store, kStart + absl::Minutes(4)).sessions, 1);
   const absl::Time later = kStart + absl::Minutes(6);
-  const absl::Status expired = store.Begin("s", later).status();
+  const absl::Status expired = store.Begin("s", later, false).status();
   EXPECT_EQ(expired.code(), absl::StatusCode::kNotFound) << expired;
   EXPECT_EQ(StatsAt(store, later).sessions, 0);
   EXPECT_EQ(StatsAt(store, later).expired, 1);
   // Importing the id again revives it.
   ASSERT_TRUE(store.Import("s", Content(1), later).ok());
-  EXPECT_TRUE(store.Begin("s", later).ok());
+  EXPECT_TRUE(store.Begin("s", later, false).ok());
 }
 
 TEST(SessionStoreTest, WithoutASpillFolderTheBudgetDropsTheLeastRecentlyUsed) {
   const int64_t one = Content(2).bytes();
   SessionStore store(Options(2 * one));
   for (const char* id : {"a", "b", "c"}) {
-    ASSERT_TRUE(store.Begin(id, kStart).ok());
+    ASSERT_TRUE(store.Begin(id, kStart, true).ok());
     store.End(id, Content(2), kStart);
   }
   const SessionStats stats = StatsAt(store, kStart);
   EXPECT_EQ(stats.sessions, 2);
   EXPECT_EQ(stats.evicted, 1);
-  EXPECT_EQ(store.Begin("a", kStart).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(store.Begin("c", kStart).ok());
+  EXPECT_EQ(store.Begin("a", kStart, false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store.Begin("c", kStart, false).ok());
 }
 
 TEST(SessionStoreTest, PastTheBudgetSessionsSpillAndComeBack) {
@@ -143,7 +174,7 @@ TEST(SessionStoreTest, PastTheBudgetSessionsSpillAndComeBack) {
   SessionStore store(Options(all - 1, dir.path()));
   for (int i = 0; i < 3; ++i) {
     const std::string id = "session-" + std::to_string(i);
-    ASSERT_TRUE(store.Begin(id, kStart).ok());
+    ASSERT_TRUE(store.Begin(id, kStart, true).ok());
     store.End(id, Content(2 + i), kStart);
   }
   SessionStats stats = StatsAt(store, kStart);
@@ -152,7 +183,7 @@ TEST(SessionStoreTest, PastTheBudgetSessionsSpillAndComeBack) {
   EXPECT_GT(stats.spilled_bytes, 0);
   EXPECT_EQ(stats.evicted, 0);
   // The spilled one comes back with its content.
-  absl::StatusOr<SessionState> back = store.Begin("session-0", kStart);
+  absl::StatusOr<SessionState> back = store.Begin("session-0", kStart, false);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state->position, 2);
   store.End("session-0", std::nullopt, kStart);
@@ -162,7 +193,7 @@ TEST(SessionStoreTest, SpillAllHandsSessionsToTheNextProcess) {
   TempDir dir;
   {
     SessionStore store(Options(1 << 20, dir.path()));
-    ASSERT_TRUE(store.Begin("kept", kStart).ok());
+    ASSERT_TRUE(store.Begin("kept", kStart, true).ok());
     store.End("kept", Content(4), kStart);
     ASSERT_TRUE(store.SpillAll().ok());
     EXPECT_EQ(StatsAt(store, kStart).sessions, 0);
@@ -170,7 +201,7 @@ TEST(SessionStoreTest, SpillAllHandsSessionsToTheNextProcess) {
   const absl::Time now = absl::Now();
   SessionStore next(Options(1 << 20, dir.path()));
   EXPECT_EQ(StatsAt(next, now).spilled_sessions, 1);
-  absl::StatusOr<SessionState> back = next.Begin("kept", now);
+  absl::StatusOr<SessionState> back = next.Begin("kept", now, false);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state->position, 4);
   EXPECT_EQ(StatsAt(next, now).spilled_sessions, 0);  // taken out of the folder
@@ -180,7 +211,7 @@ TEST(SessionStoreTest, SpillAllHandsSessionsToTheNextProcess) {
   SessionOptions other = Options(1 << 20, dir.path());
   other.fingerprint.weights_hash = "other";
   SessionStore wrong(other);
-  EXPECT_EQ(wrong.Begin("kept", now).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(wrong.Begin("kept", now, false).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // A spilled session's file is named by a digest of its key: the longest ids
@@ -190,7 +221,7 @@ TEST(SessionStoreTest, TheLongestIdsSpillAndComeBack) {
   const std::string id = std::string(64, 'o') + "/" + std::string(128, '\xff');
   {
     SessionStore store(Options(1 << 20, dir.path()));
-    ASSERT_TRUE(store.Begin(id, kStart).ok());
+    ASSERT_TRUE(store.Begin(id, kStart, true).ok());
     store.End(id, Content(3), kStart);
     ASSERT_TRUE(store.SpillAll().ok());
     EXPECT_EQ(StatsAt(store, kStart).spilled_sessions, 1);
@@ -198,7 +229,7 @@ TEST(SessionStoreTest, TheLongestIdsSpillAndComeBack) {
   const absl::Time now = absl::Now();
   SessionStore next(Options(1 << 20, dir.path()));
   EXPECT_EQ(StatsAt(next, now).spilled_sessions, 1);
-  absl::StatusOr<SessionState> back = next.Begin(id, now);
+  absl::StatusOr<SessionState> back = next.Begin(id, now, false);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state->position, 3);
 }

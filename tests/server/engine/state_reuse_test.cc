@@ -157,13 +157,20 @@ TEST_F(StateReuseTest, TwoTurnsOfASessionEqualTheWholeHistoryAtOnce) {
   const std::vector<int64_t> turn2 = Bytes("\nQ: And then what?\nA:");
   GenerationRequest first = Request("t1", turn1, 30);
   first.session_id = "chat";
+  first.create_session = true;
   const Collected one = RunToEnd(*engine, first);
   ASSERT_TRUE(one.summary.status.ok()) << one.summary.status;
   GenerationRequest second = Request("t2", turn2, 30);
   second.session_id = "chat";
   const Collected two = RunToEnd(*engine, second);
   ASSERT_TRUE(two.summary.status.ok()) << two.summary.status;
-  EXPECT_EQ(two.summary.prompt_tokens, static_cast<int64_t>(turn2.size()));
+  // The second turn's prompt counts its history, served from the state
+  // (all of it but the last generated token, fed by this turn).
+  const auto seen = static_cast<int64_t>(turn1.size() + one.tokens.size());
+  EXPECT_EQ(two.summary.prompt_tokens, seen + static_cast<int64_t>(turn2.size()));
+  EXPECT_EQ(two.summary.cached_prompt_tokens, seen - 1);
+  EXPECT_EQ(two.summary.session_position,
+            two.summary.prompt_tokens + static_cast<int64_t>(two.tokens.size()));
 
   std::vector<int64_t> history = turn1;
   history.insert(history.end(), one.tokens.begin(), one.tokens.end());
@@ -181,6 +188,7 @@ TEST_F(StateReuseTest, SessionsAreScopedToTheirOwner) {
   std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
   GenerationRequest alice = Request("a1", Bytes("Knock knock.\n"), 8);
   alice.session_id = "chat";
+  alice.create_session = true;
   alice.owner = "alice";
   ASSERT_TRUE(RunToEnd(*engine, alice).summary.status.ok());
   EXPECT_EQ(engine->ExportSession("chat", "bob").status().code(), absl::StatusCode::kNotFound);
@@ -189,6 +197,7 @@ TEST_F(StateReuseTest, SessionsAreScopedToTheirOwner) {
   // Bob's "chat" is a new session: its turn sees only its own prompt.
   GenerationRequest bob = Request("b1", Bytes("Hi"), 4);
   bob.session_id = "chat";
+  bob.create_session = true;
   bob.owner = "bob";
   ASSERT_TRUE(RunToEnd(*engine, bob).summary.status.ok());
   absl::StatusOr<ExportedSession> bobs = engine->ExportSession("chat", "bob");
@@ -208,6 +217,7 @@ TEST_F(StateReuseTest, AnIdleEngineDropsExpiredSessions) {
   std::unique_ptr<Engine> engine = MakeEngine(options);
   GenerationRequest r = Request("t", Bytes("Q: Why?\nA:"), 4);
   r.session_id = "brief";
+  r.create_session = true;
   ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (engine->Stats().sessions.sessions != 0 && absl::Now() < give_up) {
@@ -226,6 +236,7 @@ TEST_F(StateReuseTest, ExportDeleteImportContinuesAsTheUninterruptedSession) {
   for (const char* id : {"kept", "moved"}) {
     GenerationRequest r = Request(std::string(id) + "-1", turn1, 12);
     r.session_id = id;
+    r.create_session = true;
     ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
   }
   absl::StatusOr<ExportedSession> exported = engine->ExportSession("moved");
@@ -251,6 +262,7 @@ TEST_F(StateReuseTest, BadImportsAreRefusedAndTheEngineServesOn) {
   std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
   GenerationRequest r = Request("t", Bytes("Hello"), 5);
   r.session_id = "s";
+  r.create_session = true;
   ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
   const std::string data = engine->ExportSession("s")->data;
 
@@ -290,6 +302,7 @@ TEST_F(StateReuseTest, SessionErrors) {
   auto running = std::make_shared<RequestStream>();
   GenerationRequest longer = Request("long", Bytes("Hi"), 50);
   longer.session_id = "s";
+  longer.create_session = true;
   ASSERT_TRUE(engine->Submit(longer, running).ok());
   GenerationRequest again = Request("again", Bytes("Hi"), 4);
   again.session_id = "s";
@@ -318,6 +331,7 @@ TEST_F(StateReuseTest, SpilledSessionsContinueInTheNextEngine) {
     std::unique_ptr<Engine> engine = MakeEngine(options);
     GenerationRequest r = Request("1", Bytes("The cat sat on the"), 8);
     r.session_id = "spill";
+    r.create_session = true;
     ASSERT_TRUE(RunToEnd(*engine, r).summary.status.ok());
     // Where the uninterrupted session would go.
     std::unique_ptr<Engine> twin = MakeEngine(CacheOff());
@@ -337,6 +351,127 @@ TEST_F(StateReuseTest, SpilledSessionsContinueInTheNextEngine) {
   GenerationRequest next = Request("2", Bytes(" mat."), 10);
   next.session_id = "spill";
   EXPECT_EQ(Tokens(RunToEnd(*next_engine, next)), expected);
+  testing::RemoveTree(dir);
+}
+
+// A session exists once created: a turn of an unknown id is NOT_FOUND
+// (never a fresh session), create_session of a held id ALREADY_EXISTS; the
+// misses are counted by reason.
+TEST_F(StateReuseTest, SessionsAreExplicit) {
+  std::unique_ptr<Engine> engine = MakeEngine(CacheOff());
+  GenerationRequest unknown = Request("u", Bytes("Hi"), 4);
+  unknown.session_id = "never-created";
+  const absl::Status missing = engine->Submit(unknown, std::make_shared<RequestStream>());
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_NE(missing.message().find("session never-created of model performer-fortunes is not "
+                                   "held by this replica"),
+            std::string::npos)
+      << missing;
+  EXPECT_EQ(engine->Stats().sessions.sessions, 0);
+
+  GenerationRequest created = Request("c", Bytes("Hi"), 4);
+  created.session_id = "chat";
+  created.create_session = true;
+  ASSERT_TRUE(RunToEnd(*engine, created).summary.status.ok());
+  const absl::Status again = engine->Submit(created, std::make_shared<RequestStream>());
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  GenerationRequest without_id = Request("n", Bytes("Hi"), 4);
+  without_id.create_session = true;
+  EXPECT_EQ(engine->Submit(without_id, std::make_shared<RequestStream>()).code(),
+            absl::StatusCode::kInvalidArgument);
+  const SessionStats stats = engine->Stats().sessions;
+  EXPECT_EQ(stats.misses_not_held, 1);
+  EXPECT_EQ(stats.sessions, 1);
+}
+
+// TakeSession moves a session: the taker continues it exactly, the giver
+// forgets it (exactly one holds it), and both count the move.
+TEST_F(StateReuseTest, ATakenSessionMovesAndTheGiverForgetsIt) {
+  std::unique_ptr<Engine> giver = MakeEngine(CacheOff());
+  std::unique_ptr<Engine> twin = MakeEngine(CacheOff());
+  for (Engine* e : {giver.get(), twin.get()}) {
+    GenerationRequest r = Request("1", Bytes("Knock knock.\n"), 12);
+    r.session_id = "chat";
+    r.owner = "alice";
+    r.create_session = true;
+    ASSERT_TRUE(RunToEnd(*e, r).summary.status.ok());
+  }
+  std::unique_ptr<Engine> taker = MakeEngine(CacheOff());
+  EXPECT_FALSE(taker->HoldsSession("chat", "alice"));
+  EXPECT_EQ(giver->TakeSession("chat", "bob").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<ExportedSession> moved = giver->TakeSession("chat", "alice");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_FALSE(giver->HoldsSession("chat", "alice"));
+  EXPECT_EQ(giver->TakeSession("chat", "alice").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(taker->ImportSession("chat", moved->data, "alice", /*moved_in=*/true).ok());
+  EXPECT_TRUE(taker->HoldsSession("chat", "alice"));
+  GenerationRequest next = Request("2", Bytes("Who's there?\n"), 16);
+  next.session_id = "chat";
+  next.owner = "alice";
+  EXPECT_EQ(Tokens(RunToEnd(*taker, next)), Tokens(RunToEnd(*twin, next)));
+  EXPECT_EQ(giver->Stats().sessions.moved_out, 1);
+  EXPECT_EQ(giver->Stats().sessions.sessions, 0);
+  EXPECT_EQ(taker->Stats().sessions.moved_in, 1);
+}
+
+// A session a replica spilled to a shared folder after another replica
+// started is found there by that replica, which claims the file: the first
+// replica cannot give it out again.
+TEST_F(StateReuseTest, ASharedFolderHandsASessionToExactlyOneReplica) {
+  char pattern[] = "/tmp/state_reuse_test.XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  EngineOptions options = CacheOff();
+  options.sessions.spill_dir = dir;
+  std::unique_ptr<Engine> a = MakeEngine(options);
+  std::unique_ptr<Engine> b = MakeEngine(options);
+  std::unique_ptr<Engine> twin = MakeEngine(CacheOff());
+  for (Engine* e : {a.get(), twin.get()}) {
+    GenerationRequest r = Request("1", Bytes("The cat sat on the"), 8);
+    r.session_id = "shared";
+    r.create_session = true;
+    ASSERT_TRUE(RunToEnd(*e, r).summary.status.ok());
+  }
+  ASSERT_TRUE(a->SpillSessions().ok());
+  EXPECT_FALSE(b->HoldsSession("shared"));  // not in its index: peers are asked first
+  GenerationRequest next = Request("2", Bytes(" mat."), 10);
+  next.session_id = "shared";
+  EXPECT_EQ(Tokens(RunToEnd(*b, next)), Tokens(RunToEnd(*twin, next)));
+  EXPECT_EQ(a->TakeSession("shared").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(a->Stats().sessions.spilled_sessions, 0);
+  testing::RemoveTree(dir);
+}
+
+// --session_persist: every turn's session is written to the folder by the
+// writer thread, so that another replica continues it exactly though the
+// first one never drained (as after SIGKILL).
+TEST_F(StateReuseTest, PersistedSessionsSurviveAReplicaThatNeverDrained) {
+  char pattern[] = "/tmp/state_reuse_test.XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  EngineOptions options = CacheOff();
+  options.sessions.spill_dir = dir;
+  options.sessions.persist = true;
+  std::unique_ptr<Engine> killed = MakeEngine(options);
+  std::unique_ptr<Engine> twin = MakeEngine(CacheOff());
+  for (int turn = 0; turn < 2; ++turn) {
+    for (Engine* e : {killed.get(), twin.get()}) {
+      GenerationRequest r = Request(std::to_string(turn), Bytes(turn == 0 ? "Q: Why?" : "\nA:"), 6);
+      r.session_id = "kept";
+      r.create_session = turn == 0;
+      ASSERT_TRUE(RunToEnd(*e, r).summary.status.ok());
+    }
+    // Each turn's file is written before the next turn changes the session.
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (killed->Stats().sessions.persisted < turn + 1 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(killed->Stats().sessions.persisted, turn + 1);
+  }
+  EngineOptions other = CacheOff();
+  other.sessions.spill_dir = dir;
+  std::unique_ptr<Engine> survivor = MakeEngine(other);
+  GenerationRequest next = Request("3", Bytes(" Because."), 10);
+  next.session_id = "kept";
+  EXPECT_EQ(Tokens(RunToEnd(*survivor, next)), Tokens(RunToEnd(*twin, next)));
   testing::RemoveTree(dir);
 }
 

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "server/engine/engine.h"
 #include "server/service/generation_service.h"
+#include "server/service/session_peers.h"
 #include "tests/server/service/in_process_server.h"
 
 namespace performer::server {
@@ -53,8 +55,10 @@ TEST_F(SessionServiceTest, ARepeatedPromptReportsItsCachedTokens) {
 TEST_F(SessionServiceTest, TurnsExportImportAndDelete) {
   v1::GenerateRequest first = GreedyRequest("Q: Where is the bathroom?\nA:", 10);
   first.set_session_id("grpc-chat");
+  first.set_create_session(true);
   v1::GenerateResponse one;
   ASSERT_TRUE(Generate(first, &one).ok());
+  EXPECT_EQ(one.session_position(), 28 + 10);
 
   v1::ExportSessionRequest export_request;
   export_request.set_session_id("grpc-chat");
@@ -82,6 +86,10 @@ TEST_F(SessionServiceTest, TurnsExportImportAndDelete) {
   v1::GenerateRequest next = GreedyRequest("\nQ: Thanks.\nA:", 10);
   next.set_session_id("grpc-chat");
   ASSERT_TRUE(Generate(next, &original).ok());
+  // The turn's prompt counts the history, served from the state.
+  EXPECT_EQ(original.usage().prompt_tokens(), 38 + 14);
+  EXPECT_EQ(original.usage().cached_prompt_tokens(), 37);
+  EXPECT_EQ(original.session_position(), 38 + 14 + 10);
   next.set_session_id("grpc-copy");
   ASSERT_TRUE(Generate(next, &copy).ok());
   EXPECT_EQ(std::vector<int32_t>(copy.token_ids().begin(), copy.token_ids().end()),
@@ -122,6 +130,107 @@ TEST_F(SessionServiceTest, BadSessionRequestsGetClearErrors) {
   const grpc::Status status = Generate(long_id, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("session_id"), std::string::npos) << status.error_message();
+}
+
+TEST_F(SessionServiceTest, TheRoutingMetadataMustNameTheSession) {
+  v1::GenerateRequest request = GreedyRequest("Hi", 2);
+  request.set_session_id("routed");
+  request.set_create_session(true);
+  v1::GenerateResponse response;
+  {
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(60);
+    context->AddMetadata("x-session-id", "another");
+    const grpc::Status status = stub_->Generate(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("x-session-id"), std::string::npos)
+        << status.error_message();
+  }
+  std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(60);
+  context->AddMetadata("x-session-id", "routed");
+  const grpc::Status status = stub_->Generate(context.get(), request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(SessionServiceTest, TakeSessionChecksTheFingerprintAndMovesTheSession) {
+  v1::GenerateRequest first = GreedyRequest("Knock knock.", 4);
+  first.set_session_id("to-take");
+  first.set_create_session(true);
+  v1::GenerateResponse one;
+  ASSERT_TRUE(Generate(first, &one).ok());
+  v1::TakeSessionRequest take;
+  take.set_session_id("to-take");
+  take.set_fingerprint("performer-fortunes/other/weights");
+  v1::SessionState state;
+  {
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+    EXPECT_EQ(stub_->TakeSession(context.get(), take, &state).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  Engine& engine = *server_->repository().Find("")->engine;
+  take.set_fingerprint(FingerprintText(engine.fingerprint()));
+  {
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+    const grpc::Status status = stub_->TakeSession(context.get(), take, &state);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(state.tokens(), 12 + 4);
+  EXPECT_FALSE(engine.HoldsSession("to-take"));
+  std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+  EXPECT_EQ(stub_->TakeSession(context.get(), take, &state).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// Two replicas, no shared folder: turn 2 on the replica that does not hold
+// the session moves it from its peer and continues exactly; without peers
+// it is NOT_FOUND, never a fresh session.
+TEST_F(SessionServiceTest, ATurnOnAnotherReplicaMovesTheSessionFromItsPeer) {
+  for (const char* id : {"moving", "staying"}) {
+    v1::GenerateRequest first = GreedyRequest("Q: Where is the bathroom?\nA:", 10);
+    first.set_session_id(id);
+    first.set_create_session(true);
+    v1::GenerateResponse one;
+    ASSERT_TRUE(Generate(first, &one).ok());
+  }
+  RepositoryOptions options;
+  options.max_batch = 4;
+  options.engine.prefill_chunk_tokens = 32;
+  absl::StatusOr<std::unique_ptr<InProcessServer>> lonely =
+      InProcessServer::Start(options, ServiceOptions());
+  ASSERT_TRUE(lonely.ok()) << lonely.status();
+  v1::GenerateRequest next = GreedyRequest("\nQ: Thanks.\nA:", 10);
+  next.set_session_id("moving");
+  v1::GenerateResponse response;
+  {
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(60);
+    const grpc::Status status = (*lonely)->NewStub()->Generate(context.get(), next, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(status.error_message().find("not held by this replica"), std::string::npos)
+        << status.error_message();
+  }
+
+  SessionPeerOptions peer_options;
+  peer_options.peers = {server_->address()};
+  SessionPeers peers(peer_options);
+  ServiceOptions with_peers;
+  with_peers.peers = &peers;
+  absl::StatusOr<std::unique_ptr<InProcessServer>> other =
+      InProcessServer::Start(options, with_peers);
+  ASSERT_TRUE(other.ok()) << other.status();
+  peers.SetSelfPort(-1);
+  v1::GenerateResponse moved;
+  {
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(60);
+    const grpc::Status status = (*other)->NewStub()->Generate(context.get(), next, &moved);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  next.set_session_id("staying");
+  v1::GenerateResponse stayed;
+  ASSERT_TRUE(Generate(next, &stayed).ok());
+  EXPECT_EQ(std::vector<int32_t>(moved.token_ids().begin(), moved.token_ids().end()),
+            std::vector<int32_t>(stayed.token_ids().begin(), stayed.token_ids().end()));
+  EXPECT_EQ(moved.session_position(), stayed.session_position());
+  EXPECT_FALSE(server_->repository().Find("")->engine->HoldsSession("moving"));
+  EXPECT_EQ((*other)->repository().Find("")->engine->Stats().sessions.moved_in, 1);
 }
 
 }  // namespace

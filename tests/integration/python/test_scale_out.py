@@ -1,0 +1,339 @@
+"""Sessions across replicas: no conversation is lost or silently restarted.
+
+* three replicas of the default model behind HAProxy (deploy/haproxy/
+  haproxy.cfg: consistent hashing on x-session-id) with a shared spill
+  folder and each other as --session_peers; 48 concurrent conversations of
+  6 turns go through the proxy while a fourth replica joins (its share of
+  the ring moves to it: peer moves) and one replica gets SIGTERM (its
+  sessions move to their new owners from it while it drains, or from the
+  folder it spilled to). Every turn equals, token for token (greedy), one
+  request sending the conversation's whole history; none is lost.
+* then a replica gets SIGKILL: the next turn of each of its conversations
+  gets NOT_FOUND saying the session is not held, never a fresh session;
+* with --session_persist, a SIGKILLed replica's sessions continue exactly
+  on another replica sharing the folder;
+* two replicas with no proxy and no shared folder: turn 2 on the other
+  replica moves the session from its peer and continues exactly; with peers
+  off it is NOT_FOUND; an unknown id without create_session is NOT_FOUND.
+
+HAProxy comes from Debian's haproxy package (tools/install_deps.sh).
+"""
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import unittest
+
+import grpc
+
+import harness
+from harness import pb, pb_grpc
+
+MODEL = "performer-fortunes"
+REPO_MODELS = os.path.join(harness.REPO, "models")
+HAPROXY_CFG = os.path.join(harness.REPO, "deploy", "haproxy", "haproxy.cfg")
+CONVERSATIONS = 48
+TURNS = 6
+NEW_TOKENS = 4
+RPC_TIMEOUT_S = 120
+# How long a turn keeps retrying UNAVAILABLE (a draining replica, a peer
+# still finishing the previous turn, the proxy between health checks).
+RETRY_FOR_S = 60
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def haproxy_binary():
+    for path in (shutil.which("haproxy"), "/usr/sbin/haproxy"):
+        if path and os.access(path, os.X_OK):
+            return path
+    raise AssertionError("haproxy is missing: tools/install_deps.sh installs Debian's haproxy")
+
+
+class Proxy:
+    """HAProxy running deploy/haproxy/haproxy.cfg in front of the replicas."""
+
+    def __init__(self, replicas):
+        self.port = free_port()
+        self.workdir = harness.make_temp_dir("haproxy")
+        self.socket_path = os.path.join(self.workdir, "admin.sock")
+        env = dict(os.environ, PERFORMER_PROXY_BIND="127.0.0.1:%d" % self.port,
+                   PERFORMER_PROXY_SOCKET=self.socket_path)
+        for i, address in enumerate(replicas, start=1):
+            env["PERFORMER_R%d" % i] = address
+        self.log_path = os.path.join(self.workdir, "haproxy.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([haproxy_binary(), "-db", "-f", HAPROXY_CFG], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port)
+        self.stub = pb_grpc.GenerationStub(self.channel)
+
+    def admin(self, command):
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.settimeout(10)
+                    s.connect(self.socket_path)
+                    s.sendall((command + "\n").encode())
+                    out = b""
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            return out.decode()
+                        out += chunk
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def wait_up(self, servers, timeout=60):
+        """Until every named server is UP in HAProxy (its health check passed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.admin("show stat")
+            up = {line.split(",")[1] for line in state.splitlines()
+                  if line.startswith("performer,") and ",UP," in line}
+            if set(servers) <= up:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("HAProxy servers %s not UP in %d s:\n%s\n%s"
+                                     % (servers, timeout, state, self.log()))
+            time.sleep(0.2)
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")[-4000:]
+
+    def stop(self):
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def message(conversation, turn):
+    return list(("\nQ%d.%d: what then, friend %d?\nA:" % (conversation, turn, conversation))
+                .encode())
+
+
+def turn_request(session, prompt, create):
+    r = harness.request(MODEL, prompt=prompt, max_new_tokens=NEW_TOKENS, temperature=0.0,
+                        session_id=session, create_session=create)
+    return r
+
+
+def send_turn(stub, session, prompt, create, retry_for=RETRY_FOR_S):
+    """One turn, retried while the answer is UNAVAILABLE; returns the
+    response or raises the last grpc.RpcError."""
+    deadline = time.monotonic() + retry_for
+    delay = 0.05
+    while True:
+        try:
+            return stub.Generate(turn_request(session, prompt, create), timeout=RPC_TIMEOUT_S,
+                                 metadata=(("x-session-id", session),))
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class ScaleOutTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.isdir(REPO_MODELS):
+            raise AssertionError("%s is absent: the repository carries its default model"
+                                 % REPO_MODELS)
+        # The whole-history answers: a replica of its own, no sessions involved.
+        cls.reference = harness.Server(REPO_MODELS, ("--max_batch=8",), "reference").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.reference.stop()
+
+    def replica(self, name, port, peers, spill, *flags):
+        peer_list = ",".join("127.0.0.1:%d" % p for p in peers)
+        return harness.MetricsServer(REPO_MODELS, ("--port=%d" % port, "--max_batch=16",
+                                            "--session_peers=" + peer_list,
+                                            "--state_spill_dir=" + spill,
+                                            "--drain_timeout=30s") + flags, name)
+
+    def whole_history(self, history):
+        return list(self.reference.stub.Generate(
+            harness.request(MODEL, prompt=history, max_new_tokens=NEW_TOKENS, temperature=0.0),
+            timeout=RPC_TIMEOUT_S).token_ids)
+
+    def test_conversations_survive_scale_up_sigterm_and_report_sigkill(self):
+        ports = [free_port() for _ in range(4)]
+        spill = harness.make_temp_dir("shared-spill")
+        replicas = [self.replica("r%d" % (i + 1), ports[i], ports, spill) for i in range(4)]
+        for r in replicas[:3]:
+            r.start()
+        proxy = Proxy(["127.0.0.1:%d" % p for p in ports])
+        try:
+            proxy.wait_up(["r1", "r2", "r3"])
+            self.run_conversations(proxy, replicas)
+            self.check_sigkill(proxy, replicas)
+        finally:
+            proxy.stop()
+            for r in replicas:
+                if r.running():
+                    r.stop()
+
+    def run_conversations(self, proxy, replicas):
+        histories = {c: [] for c in range(CONVERSATIONS)}
+        turns = {c: [] for c in range(CONVERSATIONS)}  # (history before, tokens)
+        errors = []
+        done = [0]
+        lock = threading.Lock()
+
+        def converse(c):
+            session = "conv-%d" % c
+            try:
+                for t in range(TURNS):
+                    prompt = message(c, t)
+                    before = histories[c] + prompt
+                    response = send_turn(proxy.stub, session, prompt, create=(t == 0))
+                    tokens = list(response.token_ids)
+                    self.assertEqual(response.session_position, len(before) + len(tokens))
+                    turns[c].append((before, tokens))
+                    histories[c] = before + tokens
+                    with lock:
+                        done[0] += 1
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append("conversation %d: %r" % (c, e))
+
+        threads = [threading.Thread(target=converse, args=(c,)) for c in range(CONVERSATIONS)]
+        for t in threads:
+            t.start()
+        total = CONVERSATIONS * TURNS
+
+        def wait_done(count):
+            deadline = time.monotonic() + 300
+            while done[0] < count and not errors and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+        # Scale up: r4 joins the ring; its share of the sessions moves to it.
+        wait_done(total // 3)
+        replicas[3].start()
+        proxy.admin("enable server performer/r4")
+        proxy.wait_up(["r4"])
+        # A rollout step: r2 drains (SIGTERM) while turns keep coming.
+        wait_done(total * 2 // 3)
+        replicas[1].signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=600)
+        self.assertEqual(errors, [])
+        self.assertEqual(replicas[1].wait(timeout=60), 0)
+        self.assertEqual(sum(len(v) for v in turns.values()), total)
+        mismatches = []
+        for c in range(CONVERSATIONS):
+            for t, (before, tokens) in enumerate(turns[c]):
+                if tokens != self.whole_history(before):
+                    mismatches.append((c, t))
+        self.assertEqual(mismatches, [])
+        moved = sum(self.moved_in(r) for r in (replicas[0], replicas[2], replicas[3]))
+        self.assertGreater(moved, 0, "no session moved between replicas")
+        self.histories = histories
+
+    def moved_in(self, replica):
+        """Sessions the replica took from its peers (its metrics)."""
+        return sum(harness.metric_values(replica.metrics(), "performer_sessions_moved_total",
+                                         direction="in"))
+
+    def check_sigkill(self, proxy, replicas):
+        victim = replicas[0]
+        held = []
+        for c in range(CONVERSATIONS):
+            try:
+                victim.stub.ExportSession(pb.ExportSessionRequest(model=MODEL,
+                                                                  session_id="conv-%d" % c),
+                                          timeout=30)
+                held.append(c)
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
+        self.assertTrue(held, "r1 holds no conversation")
+        victim.kill()
+        proxy.admin("disable server performer/r1")
+        for c in held:
+            with self.assertRaises(grpc.RpcError) as lost:
+                send_turn(proxy.stub, "conv-%d" % c, message(c, TURNS), create=False)
+            self.assertEqual(lost.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn("is not held by this replica", lost.exception.details())
+
+    def test_persisted_sessions_survive_sigkill(self):
+        ports = [free_port() for _ in range(2)]
+        spill = harness.make_temp_dir("persist-spill")
+        a = self.replica("persist-a", ports[0], ports, spill, "--session_persist").start()
+        b = self.replica("persist-b", ports[1], ports, spill, "--session_persist").start()
+        try:
+            histories = {}
+            for c in range(4):
+                session = "kept-%d" % c
+                history = []
+                for t in range(2):
+                    prompt = message(c, t)
+                    response = send_turn(a.stub, session, prompt, create=(t == 0))
+                    history = history + prompt + list(response.token_ids)
+                histories[session] = history
+            time.sleep(1)  # the writer thread's files (a few ms each)
+            a.kill()
+            for session, history in histories.items():
+                prompt = message(99, 0)
+                response = send_turn(b.stub, session, prompt, create=False)
+                self.assertEqual(list(response.token_ids), self.whole_history(history + prompt))
+                self.assertEqual(response.usage.cached_prompt_tokens, len(history) - 1)
+        finally:
+            b.stop()
+
+    def test_two_replicas_move_a_session_without_proxy_or_folder(self):
+        ports = [free_port() for _ in range(2)]
+        a = self.replica("peer-a", ports[0], ports, harness.make_temp_dir("a-spill")).start()
+        b = self.replica("peer-b", ports[1], ports, harness.make_temp_dir("b-spill")).start()
+        lonely = harness.Server(REPO_MODELS, ("--max_batch=4",), "no-peers").start()
+        try:
+            first = message(1, 0)
+            one = send_turn(a.stub, "moving", first, create=True)
+            history = first + list(one.token_ids)
+            second = message(1, 1)
+            # No peers: the clear NOT_FOUND, never a fresh session.
+            with self.assertRaises(grpc.RpcError) as missing:
+                send_turn(lonely.stub, "moving", second, create=False)
+            self.assertEqual(missing.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn("session moving of model %s is not held by this replica" % MODEL,
+                          missing.exception.details())
+            # B moves it from A and continues exactly; A no longer holds it.
+            two = send_turn(b.stub, "moving", second, create=False)
+            self.assertEqual(list(two.token_ids), self.whole_history(history + second))
+            self.assertEqual(two.usage.cached_prompt_tokens, len(history) - 1)
+            with self.assertRaises(grpc.RpcError) as gone:
+                a.stub.ExportSession(pb.ExportSessionRequest(model=MODEL, session_id="moving"),
+                                     timeout=30)
+            self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)
+            # An unknown id without create_session.
+            with self.assertRaises(grpc.RpcError) as unknown:
+                send_turn(b.stub, "never-created", second, create=False)
+            self.assertEqual(unknown.exception.code(), grpc.StatusCode.NOT_FOUND)
+        finally:
+            for server in (a, b, lonely):
+                server.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
