@@ -6,8 +6,10 @@
   6 turns go through the proxy while a fourth replica joins (its share of
   the ring moves to it: peer moves) and one replica gets SIGTERM (its
   sessions move to their new owners from it while it drains, or from the
-  folder it spilled to). Every turn equals, token for token (greedy), one
-  request sending the conversation's whole history; none is lost.
+  folder it spilled to). None is lost, and every turn equals, token for
+  token (greedy), the same conversation run uninterrupted on one replica;
+  at least 95% equal one request sending the whole history (the rest are
+  near-ties that the two orders of floating-point sums decide apart).
 * then a replica gets SIGKILL: the next turn of each of its conversations
   gets NOT_FOUND saying the session is not held, never a fresh session;
 * with --session_persist, a SIGKILLed replica's sessions continue exactly
@@ -242,12 +244,26 @@ class ScaleOutTest(unittest.TestCase):
         self.assertEqual(errors, [])
         self.assertEqual(replicas[1].wait(timeout=60), 0)
         self.assertEqual(sum(len(v) for v in turns.values()), total)
+        # Each conversation again, uninterrupted on one replica: moves and
+        # drains must not change a single token (a lost or restarted
+        # session would: its turns would miss their history).
         mismatches = []
+        agree = 0
         for c in range(CONVERSATIONS):
             for t, (before, tokens) in enumerate(turns[c]):
-                if tokens != self.whole_history(before):
-                    mismatches.append((c, t))
+                replayed = list(self.reference.stub.Generate(
+                    turn_request("replay-%d" % c, message(c, t), t == 0),
+                    timeout=RPC_TIMEOUT_S).token_ids)
+                if tokens != replayed:
+                    mismatches.append((c, t, tokens, replayed))
+                agree += tokens == self.whole_history(before)
         self.assertEqual(mismatches, [])
+        # One request with the whole history prefills the generated tokens
+        # in chunks where the session fed them one step at a time: the sums'
+        # order differs in the last bits, and a near-tie between two logits
+        # can go the other way (docs/serving.md, "Sessions").
+        self.assertGreaterEqual(agree, total * 95 // 100,
+                                "turns equal to a whole-history request: %d of %d" % (agree, total))
         moved = sum(self.moved_in(r) for r in (replicas[0], replicas[2], replicas[3]))
         self.assertGreater(moved, 0, "no session moved between replicas")
         self.histories = histories
