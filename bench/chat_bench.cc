@@ -160,8 +160,7 @@ WayResult RunChat(Engine& engine, Way way) {
       out.ttft.push_back(s.time_to_first_token_seconds);
       // A session turn's prompt_tokens count its history too; the client
       // sent only the message.
-      out.sent += way == Way::kHistory ? s.prompt_tokens
-                                       : static_cast<int64_t>(messages[u].size());
+      out.sent += way == Way::kHistory ? s.prompt_tokens : static_cast<int64_t>(messages[u].size());
       out.prefilled += s.prompt_tokens - s.cached_prompt_tokens;
       history[u].insert(history[u].end(), messages[u].begin(), messages[u].end());
       history[u].insert(history[u].end(), results[u].tokens.begin(), results[u].tokens.end());

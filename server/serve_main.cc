@@ -209,7 +209,8 @@ absl::StatusOr<std::unique_ptr<SessionPeers>> LoadSessionPeers(const ServerConfi
   for (auto [flag, path, target] :
        {std::make_tuple("--session_peer_token_file", peers.token_file, &options.token),
         std::make_tuple("--session_peer_ca_file", peers.ca_file, &options.ca_pem),
-        std::make_tuple("--tls_cert_file", peers.ca_file.empty() ? "" : config.security.tls.cert_file,
+        std::make_tuple("--tls_cert_file",
+                        peers.ca_file.empty() ? "" : config.security.tls.cert_file,
                         &options.cert_pem),
         std::make_tuple("--tls_key_file", peers.ca_file.empty() ? "" : config.security.tls.key_file,
                         &options.key_pem)}) {

@@ -136,9 +136,9 @@ absl::Status Engine::PrepareResume(ScheduledSequence& s) {
           !absl::IsFailedPrecondition(status)) {
         return status;
       }
-      return absl::Status(status.code(), absl::StrCat("session ", s.request.session_id,
-                                                      " of model ", model_name_, " ",
-                                                      status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("session ", s.request.session_id, " of model ", model_name_,
+                                       " ", status.message()));
     }
     if (content->state != nullptr) {
       // The turn continues the session: its prompt comes after everything

@@ -55,14 +55,14 @@ struct SessionStats {
   int64_t bytes = 0;     // in memory
   int64_t spilled_sessions = 0;
   int64_t spilled_bytes = 0;
-  int64_t expired = 0;  // dropped for their TTL
-  int64_t evicted = 0;  // dropped for the memory budget (no spill folder)
+  int64_t expired = 0;    // dropped for their TTL
+  int64_t evicted = 0;    // dropped for the memory budget (no spill folder)
   int64_t moved_in = 0;   // taken from a peer replica (TakeSession)
   int64_t moved_out = 0;  // given to a peer replica
   int64_t persisted = 0;  // files written after a turn (SessionOptions::persist)
   // Turns naming a session this replica could not continue, by reason.
-  int64_t misses_not_held = 0;  // not here, in the folder or at a peer
-  int64_t misses_expired = 0;   // expired or dropped for the memory budget
+  int64_t misses_not_held = 0;          // not here, in the folder or at a peer
+  int64_t misses_expired = 0;           // expired or dropped for the memory budget
   int64_t misses_peer_unavailable = 0;  // a peer holds it but could not hand it over
 };
 

@@ -7,10 +7,10 @@
 
 #include <array>
 #include <cmath>
-#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -200,9 +200,8 @@ const std::array<StateReuseMetric, 17> kStateReuseMetrics = {{
     {"performer_session_misses_total", kMissHelp, MetricType::Counter,
      [](const EngineStats& s) { return s.sessions.misses_peer_unavailable; }, "reason",
      "peer_unavailable"},
-    {"performer_sessions_persisted_total",
-     "Session files written after a turn (--session_persist)", MetricType::Counter,
-     [](const EngineStats& s) { return s.sessions.persisted; }},
+    {"performer_sessions_persisted_total", "Session files written after a turn (--session_persist)",
+     MetricType::Counter, [](const EngineStats& s) { return s.sessions.persisted; }},
 }};
 
 // The index of the family of kStateReuseMetrics[i] in the collected list.

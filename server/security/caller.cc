@@ -21,8 +21,9 @@ absl::StatusOr<uint32_t> ParsePermission(std::string_view name) {
   for (Permission p : {Permission::kPriority, Permission::kCancelAny, Permission::kPeer}) {
     if (name == PermissionName(p)) return static_cast<uint32_t>(p);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown permission \"", std::string(name),
-                                                 "\" (known: priority, cancel_any, peer, admin = all three)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown permission \"", std::string(name),
+                   "\" (known: priority, cancel_any, peer, admin = all three)"));
 }
 
 }  // namespace performer::server

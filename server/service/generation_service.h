@@ -29,7 +29,7 @@ struct ServiceOptions {
   // may ask for; above it PERMISSION_DENIED.
   int32_t max_priority_unprivileged = 0;
   SecurityObserver* security_observer = nullptr;  // not owned; may be null
-  SessionPeers* peers = nullptr;  // not owned; null = sessions do not move in
+  SessionPeers* peers = nullptr;                  // not owned; null = sessions do not move in
 };
 
 // How a generation served with `options` starts (StartGeneration).

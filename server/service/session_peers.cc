@@ -109,14 +109,14 @@ void SessionPeers::SetSelfPort(int port) {
   self_port_ = port;
 }
 
-std::vector<std::string> SessionPeers::Addresses() const {
+std::vector<SessionPeers::Peer> SessionPeers::Peers() const {
   int self_port;
   {
     absl::MutexLock lock(&mu_);
     self_port = self_port_;
   }
   const std::set<std::string> local = LocalAddresses();
-  std::vector<std::string> out;
+  std::vector<Peer> out;
   std::set<std::string> seen;
   for (const std::string& entry : options_.peers) {
     std::string host;
@@ -133,14 +133,15 @@ std::vector<std::string> SessionPeers::Addresses() const {
         break;
       }
       const std::string address = dns ? JoinHostPort(ip, port) : entry;
-      if (seen.insert(address).second) out.push_back(address);
+      if (seen.insert(address).second) out.push_back({address, dns ? host : ""});
       if (!dns) break;
     }
   }
   return out;
 }
 
-std::shared_ptr<grpc::Channel> SessionPeers::ChannelTo(const std::string& address) {
+std::shared_ptr<grpc::Channel> SessionPeers::ChannelTo(const Peer& peer) {
+  const std::string& address = peer.address;
   absl::MutexLock lock(&mu_);
   auto it = channels_.find(address);
   if (it != channels_.end()) return it->second;
@@ -156,6 +157,9 @@ std::shared_ptr<grpc::Channel> SessionPeers::ChannelTo(const std::string& addres
   }
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  if (!options_.ca_pem.empty() && !peer.tls_name.empty()) {
+    arguments.SetSslTargetNameOverride(peer.tls_name);
+  }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(address, credentials, arguments);
   channels_[address] = channel;
@@ -164,11 +168,12 @@ std::shared_ptr<grpc::Channel> SessionPeers::ChannelTo(const std::string& addres
 
 absl::Status SessionPeers::Fetch(Engine& engine, const std::string& session_id,
                                  const std::string& owner) {
-  const std::vector<std::string> addresses = Addresses();
+  const std::vector<Peer> peers = Peers();
   {
     // Channels of peers that are gone are closed.
     absl::MutexLock lock(&mu_);
-    const std::set<std::string> now(addresses.begin(), addresses.end());
+    std::set<std::string> now;
+    for (const Peer& peer : peers) now.insert(peer.address);
     for (auto it = channels_.begin(); it != channels_.end();) {
       it = now.count(it->first) > 0 ? std::next(it) : channels_.erase(it);
     }
@@ -179,7 +184,8 @@ absl::Status SessionPeers::Fetch(Engine& engine, const std::string& session_id,
   request.set_owner(owner);
   request.set_fingerprint(FingerprintText(engine.fingerprint()));
   std::vector<std::string> unreachable;
-  for (const std::string& address : addresses) {
+  for (const Peer& peer : peers) {
+    const std::string& address = peer.address;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
     if (!options_.token.empty()) {
@@ -187,7 +193,7 @@ absl::Status SessionPeers::Fetch(Engine& engine, const std::string& session_id,
     }
     v1::SessionState moved;
     const grpc::Status status =
-        v1::Generation::NewStub(ChannelTo(address))->TakeSession(&context, request, &moved);
+        v1::Generation::NewStub(ChannelTo(peer))->TakeSession(&context, request, &moved);
     switch (status.error_code()) {
       case grpc::StatusCode::OK: {
         absl::StatusOr<int64_t> position =

@@ -67,9 +67,15 @@ class SessionPeers {
   absl::Status Fetch(Engine& engine, const std::string& session_id, const std::string& owner);
 
  private:
-  // The peers' addresses now, this replica's own left out.
-  std::vector<std::string> Addresses() const;
-  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+  struct Peer {
+    std::string address;  // what is dialled
+    // The name its certificate is checked against: a dns:/// entry's name
+    // (its pods are dialled by IP); empty = the address's host.
+    std::string tls_name;
+  };
+  // The peers now, this replica's own left out.
+  std::vector<Peer> Peers() const;
+  std::shared_ptr<grpc::Channel> ChannelTo(const Peer& peer);
 
   const SessionPeerOptions options_;
   mutable absl::Mutex mu_;

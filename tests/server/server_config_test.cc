@@ -214,6 +214,36 @@ TEST_F(ServerConfigTest, TlsFilesGoTogether) {
   EXPECT_TRUE(config->security.tls_on());
 }
 
+TEST_F(ServerConfigTest, SessionPeersAndPersistAreChecked) {
+  {
+    absl::FlagSaver restore;
+    Set("session_persist", "true");
+    EXPECT_EQ(Refusal(), "--session_persist needs --state_spill_dir, the folder it writes to");
+    Set("state_spill_dir", "/tmp/spill");
+    EXPECT_EQ(Refusal(), "");
+  }
+  for (const char* bad : {"replica-a", "replica-a:0", "replica-a:70000", ":50051", "[::1:50051",
+                          "dns:///peers"}) {
+    absl::FlagSaver restore;
+    Set("session_peers", absl::StrCat("replica-b:50051,", bad));
+    EXPECT_NE(Refusal().find(absl::StrCat("--session_peers: \"", bad, "\" is not host:port")),
+              std::string::npos)
+        << bad;
+  }
+  {
+    absl::FlagSaver restore;
+    Set("session_peer_timeout", "0s");
+    EXPECT_EQ(Refusal(), "--session_peer_timeout must be positive");
+  }
+  Set("session_peers", "10.0.0.1:50051,[fd00::2]:50051,dns:///performer-serve-peers:50051");
+  Set("session_peer_token_file", "/etc/performer/peer-token");
+  const absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->session_peers.peers.size(), 3u);
+  EXPECT_EQ(config->session_peers.token_file, "/etc/performer/peer-token");
+  EXPECT_EQ(config->session_peers.timeout, absl::Seconds(2));
+}
+
 TEST_F(ServerConfigTest, HistogramBoundsAreParsed) {
   Set("request_seconds_buckets", "0.1,oops");
   const absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();

@@ -350,6 +350,64 @@ class ScaleOutTest(unittest.TestCase):
             for server in (a, b, lonely):
                 server.stop()
 
+    def test_peers_authenticate_and_moved_sessions_keep_their_caller(self):
+        alice, bob = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
+        peer, plain = "peer-token-0123456789abcdef", "plain-token-0123456789abcdef"
+        workdir = harness.make_temp_dir("peer-auth")
+        tokens = os.path.join(workdir, "tokens")
+        with open(tokens, "w") as f:
+            f.write("%s alice\n%s bob\n%s replicas peer\n%s nopeer\n" % (alice, bob, peer, plain))
+        peer_token, plain_token = (os.path.join(workdir, n) for n in ("peer", "plain"))
+        for path, token in ((peer_token, peer), (plain_token, plain)):
+            with open(path, "w") as f:
+                f.write(token + "\n")
+        ports = [free_port() for _ in range(3)]
+        auth = ("--auth_tokens_file=" + tokens,)
+        a = harness.Server(REPO_MODELS, ("--port=%d" % ports[0], "--max_batch=4") + auth,
+                           "auth-a", metadata=(("authorization", "Bearer " + alice),)).start()
+        b = self.replica("auth-b", ports[1], ports[:1], harness.make_temp_dir("b"),
+                         "--session_peer_token_file=" + peer_token, *auth)
+        b.metadata = (("authorization", "Bearer " + alice),)
+        b.start()
+        c = self.replica("auth-c", ports[2], ports[:1], harness.make_temp_dir("c"),
+                         "--session_peer_token_file=" + plain_token, *auth)
+        c.metadata = (("authorization", "Bearer " + alice),)
+        c.start()
+
+        def turn(server, token, session, prompt, create):
+            return server.stub.Generate(turn_request(session, prompt, create),
+                                        timeout=RPC_TIMEOUT_S,
+                                        metadata=(("authorization", "Bearer " + token),
+                                                  ("x-session-id", session)))
+        try:
+            first = message(2, 0)
+            history = first + list(turn(a, alice, "chat", first, True).token_ids)
+            second = message(2, 1)
+            # A peer token without the "peer" permission cannot move
+            # alice's session: C is refused, says so, and A keeps it.
+            with self.assertRaises(grpc.RpcError) as refused:
+                turn(c, alice, "chat", second, False)
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn('"peer" permission', refused.exception.details())
+            # Bob's "chat" is not alice's: not found, and nothing moves.
+            with self.assertRaises(grpc.RpcError) as other:
+                turn(b, bob, "chat", second, False)
+            self.assertEqual(other.exception.code(), grpc.StatusCode.NOT_FOUND)
+            # Alice's turn on B moves her session with B's peer token.
+            two = turn(b, alice, "chat", second, False)
+            self.assertEqual(list(two.token_ids), self.whole_history(history + second))
+            with self.assertRaises(grpc.RpcError) as gone:
+                a.stub.ExportSession(pb.ExportSessionRequest(model=MODEL, session_id="chat"),
+                                     timeout=30, metadata=(("authorization", "Bearer " + alice),))
+            self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)
+            state = b.stub.ExportSession(pb.ExportSessionRequest(model=MODEL, session_id="chat"),
+                                         timeout=30,
+                                         metadata=(("authorization", "Bearer " + alice),))
+            self.assertEqual(state.tokens, two.session_position)
+        finally:
+            for server in (a, b, c):
+                server.stop()
+
 
 if __name__ == "__main__":
     unittest.main()
