@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/runtime/torch_runtime.h"
+#include "server/engine/state_signature.h"
 #include "server/logging/request_log.h"
 #include "server/logging/server_log.h"
 #include "server/metrics/metrics_endpoint.h"
@@ -197,7 +198,38 @@ struct Credentials {
   // The peers sessions move from, with what this replica presents to them;
   // null: none.
   std::unique_ptr<SessionPeers> session_peers;
+  std::string state_signing_key;  // empty: states are not signed
 };
+
+// --state_signing_key_file's key, trailing whitespace (a newline) removed.
+absl::StatusOr<std::string> LoadSigningKey(const std::string& path) {
+  if (path.empty()) return std::string();
+  absl::StatusOr<std::string> key = performer::server::ReadSecretFile(path);
+  if (!key.ok()) {
+    return absl::Status(key.status().code(),
+                        absl::StrCat("--state_signing_key_file: ", key.status().message()));
+  }
+  while (!key->empty() && absl::ascii_isspace(key->back())) key->pop_back();
+  if (key->size() < performer::server::kMinSigningKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state_signing_key_file: ", path, " holds ", key->size(), " bytes; a key has at least ",
+        performer::server::kMinSigningKeyBytes, " (e.g. openssl rand -base64 48)"));
+  }
+  return key;
+}
+
+// The repository's options: the config's, with the metrics per model and
+// the signing key.
+performer::server::RepositoryOptions RepositoryOptionsFor(const ServerConfig& config,
+                                                          const Credentials& credentials,
+                                                          ServerMetrics& metrics) {
+  performer::server::RepositoryOptions options = config.repository;
+  options.observer_for_model = [&metrics](const std::string& model) {
+    return metrics.ForModel(model);
+  };
+  options.engine.sessions.signing_key = credentials.state_signing_key;
+  return options;
+}
 
 // --session_peers and the files it is called with.
 absl::StatusOr<std::unique_ptr<SessionPeers>> LoadSessionPeers(const ServerConfig& config) {
@@ -263,6 +295,9 @@ absl::StatusOr<Credentials> LoadCredentials(const ServerConfig& config) {
   absl::StatusOr<std::unique_ptr<SessionPeers>> peers = LoadSessionPeers(config);
   if (!peers.ok()) return peers.status();
   credentials.session_peers = *std::move(peers);
+  absl::StatusOr<std::string> key = LoadSigningKey(security.state_signing_key_file);
+  if (!key.ok()) return key.status();
+  credentials.state_signing_key = *std::move(key);
   return credentials;
 }
 
@@ -547,12 +582,9 @@ int Run() {
   LogEvent(
       level::info, "runtime",
       {{"torch", performer::DescribeTorchRuntime(runtime)}, {"device", config->repository.device}});
-  performer::server::RepositoryOptions repository_options = config->repository;
-  repository_options.observer_for_model = [&metrics](const std::string& model) {
-    return metrics.ForModel(model);
-  };
-  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
-      ModelRepository::Load(config->model_repository, repository_options, config->default_model);
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
+      config->model_repository, RepositoryOptionsFor(*config, *credentials, metrics),
+      config->default_model);
   if (!repository.ok()) return Fail(1, repository.status().ToString());
   // Serving starts: from here SIGTERM drains.
   const int early_signal = startup_signals.Finish();

@@ -145,6 +145,10 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA bundle for mutual TLS: a client without a certificate issued by one of "
           "these CAs is refused at the handshake. Needs --tls_cert_file.");
+ABSL_FLAG(std::string, state_signing_key_file, "",
+          "File holding this deployment's key (at least 32 bytes; the same on every replica) "
+          "for HMAC-SHA256 signatures on exported and spilled session states: only states that "
+          "carry a valid one are imported, taken or read back. Empty = states are not signed.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "Bearer tokens, one per line: <token> [<name> [<permission>,...]] (permissions: "
           "priority, cancel_any, peer, admin; docs/serving.md#security). Every call but "
@@ -356,6 +360,7 @@ SecurityConfig SecurityFromFlags() {
   security.tls = TlsFiles{absl::GetFlag(FLAGS_tls_cert_file), absl::GetFlag(FLAGS_tls_key_file),
                           absl::GetFlag(FLAGS_tls_client_ca_file)};
   security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  security.state_signing_key_file = absl::GetFlag(FLAGS_state_signing_key_file);
   security.max_priority_unprivileged = absl::GetFlag(FLAGS_max_priority_unprivileged);
   security.credentials_reload_seconds = absl::GetFlag(FLAGS_credentials_reload_seconds);
   return security;

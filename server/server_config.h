@@ -51,6 +51,7 @@ struct MetricsConfig {
 struct SecurityConfig {
   TlsFiles tls;
   std::string auth_tokens_file;
+  std::string state_signing_key_file;  // read at the start into the sessions' options
   int32_t max_priority_unprivileged = 0;
   int32_t credentials_reload_seconds = 10;
 

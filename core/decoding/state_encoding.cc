@@ -2,9 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -65,6 +67,16 @@ absl::Status Malformed(const std::string& what) {
 }
 
 constexpr size_t kMaxNameBytes = 4096;
+
+// At most kQuotedBytes of `text`, C-escaped, and its length when cut: how
+// an error message quotes a name read from the bytes.
+constexpr size_t kQuotedBytes = 64;
+std::string Quoted(std::string_view text) {
+  const std::string shown =
+      absl::CEscape(absl::string_view(text.data(), std::min(text.size(), kQuotedBytes)));
+  return text.size() <= kQuotedBytes ? shown : absl::StrCat(shown, "... (", text.size(), " bytes)");
+}
+
 constexpr uint32_t kMaxRank = 8;
 
 }  // namespace
@@ -145,10 +157,12 @@ absl::StatusOr<EncodedState> DecodeState(std::string_view bytes, const ModelFing
     return Malformed("bad model fingerprint");
   }
   if (!(fingerprint == expected)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the state belongs to model '", fingerprint.model, "' (config ", fingerprint.config_hash,
-        ", weights ", fingerprint.weights_hash, "), not to '", expected.model, "' (config ",
-        expected.config_hash, ", weights ", expected.weights_hash, ")"));
+    // The state's names are the sender's bytes: quoted bounded and escaped.
+    return absl::FailedPreconditionError(
+        absl::StrCat("the state belongs to model '", Quoted(fingerprint.model), "' (config ",
+                     Quoted(fingerprint.config_hash), ", weights ",
+                     Quoted(fingerprint.weights_hash), "), not to '", expected.model, "' (config ",
+                     expected.config_hash, ", weights ", expected.weights_hash, ")"));
   }
   EncodedState state;
   uint32_t seen = 0;

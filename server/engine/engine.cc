@@ -19,6 +19,7 @@
 #include "server/engine/prefix_cache.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_store.h"
+#include "server/engine/state_signature.h"
 #include "server/engine/thread_name.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -248,8 +249,10 @@ absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id, std
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   const decoding::DecoderInfo& info = runner_->info();
-  absl::StatusOr<decoding::EncodedState> decoded =
-      decoding::DecodeState(data, options_.sessions.fingerprint, 2 * info.state_bytes_per_sequence);
+  absl::StatusOr<std::string_view> state = VerifyState(options_.sessions.signing_key, data);
+  if (!state.ok()) return state.status();
+  absl::StatusOr<decoding::EncodedState> decoded = decoding::DecodeState(
+      *state, options_.sessions.fingerprint, 2 * info.state_bytes_per_sequence);
   if (!decoded.ok()) return decoded.status();
   const int64_t seen = static_cast<int64_t>(decoded->tokens.size());
   if (seen > info.max_seq_len) {

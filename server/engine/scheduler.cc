@@ -108,14 +108,23 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   absl::MutexLock lock(&mu_);
   // 1. Cancelled and expired requests: queued ones leave without a slot,
   //    running ones end (their slots are freed by Retire).
-  //    While draining, every queued request leaves at once with the
-  //    drain's UNAVAILABLE, so that its client retries elsewhere rather than
-  //    wait out --drain_timeout for a slot.
+  //    While draining, the queued requests that free slots await are
+  //    served; every other one leaves at once with the drain's UNAVAILABLE,
+  //    so that its client retries elsewhere rather than wait out
+  //    --drain_timeout for a slot.
+  int64_t free_slots = options_.capacity - static_cast<int64_t>(running_.size());
   for (auto it = queue_.begin(); it != queue_.end();) {
     ScheduledSequence& s = *it->second;
-    const bool refused = draining_ && !s.finished();
-    if (refused) s.End(FinishReason::kError, DrainingError());
-    if (refused || s.EndIfCancelled(s.request.deadline <= now)) {
+    bool leaves = s.EndIfCancelled(s.request.deadline <= now);
+    if (!leaves && draining_ && !s.finished()) {
+      if (free_slots > 0) {
+        --free_slots;
+      } else {
+        s.End(FinishReason::kError, DrainingError());
+        leaves = true;
+      }
+    }
+    if (leaves) {
       auto live = live_.find(std::make_pair(s.request.owner, s.request.request_id));
       if (live != live_.end() && live->second == s.stream) live_.erase(live);
       plan.dropped.push_back(std::move(it->second));

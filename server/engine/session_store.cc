@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/engine/state_signature.h"
 
 namespace performer::server {
 namespace {
@@ -88,6 +89,18 @@ SessionStore::~SessionStore() {
 
 std::string SessionStore::FileKey(const std::string& id) { return Sha256Hex(id); }
 
+absl::StatusOr<std::string> SessionStore::Encode(const decoding::EncodedState& state) const {
+  absl::StatusOr<std::string> bytes = decoding::EncodeState(options_.fingerprint, state);
+  if (!bytes.ok()) return bytes.status();
+  return SignState(options_.signing_key, *std::move(bytes));
+}
+
+absl::StatusOr<decoding::EncodedState> SessionStore::Decode(std::string_view bytes) const {
+  absl::StatusOr<std::string_view> state = VerifyState(options_.signing_key, bytes);
+  if (!state.ok()) return state.status();
+  return decoding::DecodeState(*state, options_.fingerprint, options_.max_state_bytes);
+}
+
 std::string SessionStore::PathOf(const std::string& file_key) const {
   return (fs::path(options_.spill_dir) / options_.fingerprint.model / (file_key + kSpillSuffix))
       .string();
@@ -124,9 +137,8 @@ absl::StatusOr<std::optional<decoding::EncodedState>> SessionStore::ClaimFileLoc
   std::ifstream in(claimed, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   absl::StatusOr<decoding::EncodedState> decoded =
-      in.bad() || !in.is_open()
-          ? absl::InternalError(absl::StrCat("cannot read ", path))
-          : decoding::DecodeState(bytes, options_.fingerprint, options_.max_state_bytes);
+      in.bad() || !in.is_open() ? absl::InternalError(absl::StrCat("cannot read ", path))
+                                : Decode(bytes);
   std::error_code ignored;
   if (!decoded.ok()) {
     // One that cannot be taken (another model's, corrupted) stays where it is.
@@ -203,8 +215,7 @@ void SessionStore::PersistLoop() {
     const std::string path = PathOf(FileKey(id));
     const std::string temporary = absl::StrCat(path, ".tmp.", claim_suffix_);
     bool written = false;
-    if (absl::StatusOr<std::string> bytes = decoding::EncodeState(options_.fingerprint, content);
-        bytes.ok()) {
+    if (absl::StatusOr<std::string> bytes = Encode(content); bytes.ok()) {
       std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
       out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
       written = out.good();
@@ -263,8 +274,7 @@ bool SessionStore::DropSpilledFileLocked(const std::string& file_key) {
 }
 
 absl::Status SessionStore::WriteLocked(const Record& record) {
-  absl::StatusOr<std::string> bytes =
-      decoding::EncodeState(options_.fingerprint, {*record.content.state, record.content.tokens});
+  absl::StatusOr<std::string> bytes = Encode({*record.content.state, record.content.tokens});
   if (!bytes.ok()) return bytes.status();
   const std::string path = PathOf(FileKey(record.id));
   const std::string temporary = absl::StrCat(path, ".tmp.", claim_suffix_);
@@ -408,8 +418,7 @@ absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::
         absl::StrCat("session ", id, " has a request running here; move it when it ends"));
   }
   const SessionState& content = (*found)->content;
-  absl::StatusOr<std::string> data =
-      decoding::EncodeState(options_.fingerprint, {*content.state, content.tokens});
+  absl::StatusOr<std::string> data = Encode({*content.state, content.tokens});
   if (!data.ok()) return data.status();
   ExportedSession moved{*std::move(data), content.state->position,
                         static_cast<int64_t>(content.tokens.size())};
@@ -428,8 +437,7 @@ absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl
   }
   Touch(*found, now);
   const SessionState& content = (*found)->content;
-  absl::StatusOr<std::string> data =
-      decoding::EncodeState(options_.fingerprint, {*content.state, content.tokens});
+  absl::StatusOr<std::string> data = Encode({*content.state, content.tokens});
   if (!data.ok()) return data.status();
   return ExportedSession{*std::move(data), content.state->position,
                          static_cast<int64_t>(content.tokens.size())};

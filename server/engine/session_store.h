@@ -85,7 +85,7 @@ class SessionStore {
 
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION while a request runs.
   absl::Status Delete(const std::string& id);
-  // The session's bytes (state_encoding.h).
+  // The session's bytes (state_encoding.h, signed: Encode).
   absl::StatusOr<ExportedSession> Export(const std::string& id, absl::Time now);
   // Creates or replaces session `id` (FAILED_PRECONDITION while a request
   // of it runs). `moved_in`: it came from a peer (SessionStats::moved_in).
@@ -119,6 +119,10 @@ class SessionStore {
   // A session's key in the spill folder and the remembered drops: the
   // SHA-256 of its id, in hex.
   static std::string FileKey(const std::string& id);
+  // A state as the bytes this deployment writes (encoded, signed with
+  // SessionOptions::signing_key), and back (signature checked, decoded).
+  absl::StatusOr<std::string> Encode(const decoding::EncodedState& state) const;
+  absl::StatusOr<decoding::EncodedState> Decode(std::string_view bytes) const;
   std::string PathOf(const std::string& file_key) const;
   // The record of `id`, loaded back from the spill folder if it is there;
   // end() if unknown.

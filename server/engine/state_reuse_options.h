@@ -48,6 +48,9 @@ struct SessionOptions {
   // the engine's), so that a replica killed without a drain loses no
   // session: another replica sharing the folder takes it from there.
   bool persist = false;
+  // The deployment's key for the states it writes and reads
+  // (state_signature.h); empty = states are not signed.
+  std::string signing_key;
 };
 
 struct SessionStats {

@@ -1,6 +1,7 @@
 #include "server/metrics/metrics_endpoint.h"
 
 #include <arpa/inet.h>
+#include <civetweb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,19 +20,25 @@ namespace {
 // itself. Another process could take the port between this probe and the
 // bind; the start then fails with a clear error.
 int PickFreePort(const std::string& host) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = 0;
-  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
+  sockaddr_storage storage{};
+  socklen_t size = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    size = sizeof(sockaddr_in6);
+  } else {
+    v4->sin_family = AF_INET;
+    if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) != 1) v4->sin_addr.s_addr = INADDR_ANY;
+    size = sizeof(sockaddr_in);
   }
+  const int fd = socket(storage.ss_family, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
   int port = -1;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
+  socklen_t length = size;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&storage), size) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) == 0) {
+    port = ntohs(storage.ss_family == AF_INET6 ? v6->sin6_port : v4->sin_port);
   }
   close(fd);
   return port;
@@ -41,8 +48,23 @@ int PickFreePort(const std::string& host) {
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsEndpoint(
     const MetricsEndpointOptions& options) {
-  const int port = options.port == 0 ? PickFreePort(options.host) : options.port;
-  const std::string address = absl::StrCat(options.host, ":", port);
+  // An IPv6 address with or without brackets; civetweb takes it in them.
+  std::string host = options.host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  // mg_check_feature(8): whether civetweb was built with IPv6 (Debian 12's
+  // is not).
+  if (host.find(':') != std::string::npos && mg_check_feature(8) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_host ", host,
+        ": the metrics endpoint's HTTP server (civetweb) was built without IPv6; give an IPv4 "
+        "address (0.0.0.0 listens on every interface)"));
+  }
+  const int port = options.port == 0 ? PickFreePort(host) : options.port;
+  const std::string address = host.find(':') != std::string::npos
+                                  ? absl::StrCat("[", host, "]:", port)
+                                  : absl::StrCat(host, ":", port);
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{

@@ -15,16 +15,16 @@ namespace performer::server {
 class SecretToken;
 
 struct MetricsEndpointOptions {
-  std::string host = "127.0.0.1";
-  int port = 9464;  // 0 = a free port
+  std::string host = "127.0.0.1";  // an IPv4 or IPv6 address
+  int port = 9464;                 // 0 = a free port
   // Worker threads: each connection holds one until its request is read
   // and answered.
-  int threads = 8;
+  int threads = 32;
   // How long a connection may take to send its request. A connection that
   // sends nothing (half-open, or a slow client) frees its thread after this,
-  // so a scrape waits at most this long unless `threads` such connections
-  // are held open at once.
-  int request_timeout_ms = 2000;
+  // so a scrape behind N such connections waits about
+  // ceil(N / threads) x this (64 idle connections: 2 s).
+  int request_timeout_ms = 1000;
   // When set, a scrape needs HTTP basic auth with this token as password.
   const SecretToken* token = nullptr;  // not owned; must outlive the endpoint
 };

@@ -32,14 +32,25 @@ class UnparsableRequestInterceptor : public grpc::experimental::Interceptor {
         methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const std::string_view full = info_->method();
       const std::string_view method = full.substr(full.rfind('/') + 1);
-      const grpc::Status status(
+      status_ = grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
           absl::StrCat("the request message of ", absl::string_view(method.data(), method.size()),
                        " does not parse as its protobuf type: a field has the wrong wire type "
                        "or length, or a string field holds bytes that are not UTF-8 (protobuf "
                        "strings must be valid UTF-8; send bytes as token ids)"));
-      methods->ModifySendStatus(status);
-      Report(method, status);
+      methods->ModifySendStatus(status_);
+    }
+    // Reported once the call is closed, when it is known whether the client
+    // reset it: a call reset before its message arrives has no message
+    // either, and that is a cancel, not bad input.
+    if (unparsable_ &&
+        methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_CLOSE)) {
+      const std::string_view full = info_->method();
+      Report(full.substr(full.rfind('/') + 1),
+             info_->server_context()->IsCancelled()
+                 ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                "the client cancelled the call before its request arrived")
+                 : status_);
     }
     methods->Proceed();
   }
@@ -62,6 +73,7 @@ class UnparsableRequestInterceptor : public grpc::experimental::Interceptor {
   const std::vector<RpcObserver*>& observers_;
   const absl::Time start_;
   bool unparsable_ = false;
+  grpc::Status status_;  // what the call is answered with
 };
 
 }  // namespace

@@ -88,6 +88,19 @@ TEST(StateEncodingTest, AnotherModelIsAFailedPrecondition) {
   }
 }
 
+// The state's names are the sender's: the message quotes at most 64 bytes
+// of each, escaped, with its length.
+TEST(StateEncodingTest, AnotherModelsLongNamesAreQuotedBounded) {
+  const std::string name(4096, '\x01');
+  const std::string bytes = *EncodeState({name, std::string(4000, 'c'), "beef"}, Sample());
+  const absl::Status status = DecodeState(bytes, Model(), 1 << 20).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_LT(status.message().size(), 700u) << status.message().size();
+  EXPECT_NE(status.message().find("\\001\\001"), std::string_view::npos) << status;
+  EXPECT_NE(status.message().find("... (4096 bytes)"), std::string_view::npos) << status;
+  EXPECT_NE(status.message().find("... (4000 bytes)"), std::string_view::npos) << status;
+}
+
 // A well-formed checksum over hostile lengths: refused before allocating.
 TEST(StateEncodingTest, HostileLengthsWithAValidChecksumAreRefused) {
   EncodedState state;

@@ -21,6 +21,16 @@ ENCODER = "lm_bidir_padmask"       # bidirectional: Embed only
 UNPARSABLE = bytes([0x12, 0x02, 0xFF, 0xFE])
 
 
+def http2_frame(kind, flags, stream, payload):
+    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
+            + payload)
+
+
+def hpack_literal(name, value):
+    """A header as an HPACK literal without indexing, new name, no Huffman."""
+    return bytes([0x00, len(name)]) + name + bytes([len(value)]) + value
+
+
 class UnparsableRequestTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -51,6 +61,30 @@ class UnparsableRequestTest(unittest.TestCase):
         except grpc.RpcError as e:
             return e.code(), e.details()
         return grpc.StatusCode.OK, ""
+
+    def test_a_call_reset_before_its_message_is_cancelled_not_unparsable(self):
+        headers = b"".join(hpack_literal(n, v) for n, v in (
+            (b":method", b"POST"), (b":scheme", b"http"),
+            (b":path", b"/performer.v1.Generation/Generate"), (b":authority", b"localhost"),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers")))
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=10) as s:
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + http2_frame(4, 0, 0, b"")
+                      + http2_frame(1, 0x4, 1, headers)  # HEADERS, END_HEADERS, no message
+                      + http2_frame(3, 0, 1, (8).to_bytes(4, "big")))  # RST_STREAM CANCEL
+            time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while True:
+            samples = self.server.metrics()
+            cancelled = sum(harness.metric_values(samples, "performer_requests_total",
+                                                  method="Generate", code="CANCELLED"))
+            if cancelled >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(cancelled, 1.0, self.server.log_tail())
+        self.assertEqual(sum(harness.metric_values(samples, "performer_requests_total",
+                                                   method="Generate", code="INVALID_ARGUMENT")),
+                         0.0)
+        self.assertIn("cancelled the call before its request arrived", self.server.log())
 
     def test_unparsable_request_is_invalid_argument_logged_and_counted(self):
         for method, streaming in (("Generate", False), ("GenerateStream", True)):
@@ -86,19 +120,49 @@ class UnparsableRequestTest(unittest.TestCase):
     def test_half_open_connections_do_not_block_scrapes(self):
         # Connections that never send a request: each holds a worker of the
         # metrics endpoint until its request timeout.
+        # 64 of them (twice the endpoint's threads) delay a scrape by about
+        # two request timeouts, well inside Prometheus's 10 s.
         idle = [socket.create_connection(("127.0.0.1", self.server.metrics_port), timeout=5)
-                for _ in range(4)]
+                for _ in range(64)]
         try:
             start = time.monotonic()
             text = self.server.metrics_text(timeout=10)
             self.assertIn("performer_model_info", text)
-            self.assertLess(time.monotonic() - start, 10)
+            self.assertLess(time.monotonic() - start, 5)
         finally:
             for s in idle:
                 s.close()
 
 
+def ipv6_loopback():
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 class StartupFlagTest(unittest.TestCase):
+    def test_an_ipv6_metrics_host_is_served_or_refused_clearly(self):
+        repo = harness.ModelRepository("metrics_v6")
+        repo.add_required(DECODER)
+        for host in ("::1", "[::1]"):
+            server = harness.MetricsServer(repo.dir, ("--metrics_host=" + host,), name="v6")
+            try:
+                server.start()
+            except harness.ServerError as e:
+                # Debian's civetweb has no IPv6: the start says so.
+                self.assertIn("was built without IPv6", str(e))
+                continue
+            try:
+                self.assertTrue(ipv6_loopback())
+                status, body = harness.http_get("http://[::1]:%d/metrics" % server.metrics_port)
+                self.assertEqual(status, 200, body[:300])
+                self.assertIn("performer_model_info", body)
+            finally:
+                server.stop()
+
     def test_max_message_bytes_beyond_32_bits_is_refused_at_start(self):
         repo = harness.ModelRepository("message_bytes")
         repo.add_required(DECODER)

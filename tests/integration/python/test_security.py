@@ -500,6 +500,8 @@ class StartupChecksTest(unittest.TestCase):
         write_file(bad_tokens, "%s alice\n%s alice-again\n" % (ALICE, ALICE))
         two_tokens = os.path.join(workdir, "two-tokens")
         write_file(two_tokens, "%s\n%s\n" % (ALICE, BOB))
+        short_key = os.path.join(workdir, "short-key")
+        write_file(short_key, "too-short-a-key\n")
         cases = [
             (["--tls_cert_file=" + CERTS["server.pem"]], "--tls_key_file"),
             (["--tls_cert_file=" + CERTS["server.pem"], "--tls_key_file=" + CERTS["client.key"]],
@@ -511,6 +513,11 @@ class StartupChecksTest(unittest.TestCase):
             (["--auth_tokens_file=" + os.path.join(workdir, "absent")], "--auth_tokens_file"),
             (["--metrics_auth_token_file=" + two_tokens], "exactly one"),
             (["--credentials_reload_seconds=0"], "--credentials_reload_seconds"),
+            (["--state_signing_key_file=" + short_key], "holds 15 bytes; a key has at least 32"),
+            (["--state_signing_key_file=" + os.path.join(workdir, "absent")],
+             "--state_signing_key_file"),
+            (["--session_persist"], "--session_persist needs --state_spill_dir"),
+            (["--session_peers=replica-b"], "is not host:port"),
         ]
         for flags, message in cases:
             with self.subTest(flags=flags):

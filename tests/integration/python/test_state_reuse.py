@@ -166,6 +166,30 @@ class StateReuseTest(unittest.TestCase):
         self.assertEqual(len(generate(stub, b"Still here?", 5).token_ids), 5)
         self.assertEqual(len(generate(stub, b" Yes.", 5, session_id="to-corrupt").token_ids), 5)
 
+    def test_with_a_signing_key_only_this_deployments_states_are_imported(self):
+        key = os.path.join(harness.make_temp_dir("key"), "state.key")
+        with open(key, "w") as f:
+            f.write("k" * 48 + "\n")
+        flags = ("--prefill_chunk_tokens=256", "--state_signing_key_file=" + key)
+        signer = self.start(flags, "signer")
+        verifier = self.start(flags, "verifier")
+        generate(signer.stub, b"Knock knock.\n", 8, session_id="signed", create=True)
+        generate(self.cold.stub, b"Knock knock.\n", 8, session_id="unsigned", create=True)
+        signed = signer.stub.ExportSession(
+            pb.ExportSessionRequest(model=MODEL, session_id="signed"), timeout=30).data
+        unsigned = self.cold.stub.ExportSession(
+            pb.ExportSessionRequest(model=MODEL, session_id="unsigned"), timeout=30).data
+        with self.assertRaises(grpc.RpcError) as refused:
+            verifier.stub.ImportSession(
+                pb.ImportSessionRequest(model=MODEL, session_id="x", data=unsigned), timeout=30)
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("not signed", refused.exception.details())
+        verifier.stub.ImportSession(
+            pb.ImportSessionRequest(model=MODEL, session_id="signed", data=signed), timeout=30)
+        moved = generate(verifier.stub, b"Who's there?\n", 12, session_id="signed")
+        kept = generate(signer.stub, b"Who's there?\n", 12, session_id="signed")
+        self.assertEqual(list(moved.token_ids), list(kept.token_ids))
+
     def test_sessions_survive_a_restart_through_the_spill_folder(self):
         spill = harness.make_temp_dir("spill")
         first = self.start(("--prefill_chunk_tokens=256",), "spill-a", spill_dir=spill)

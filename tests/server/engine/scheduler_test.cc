@@ -267,6 +267,24 @@ TEST(SchedulerTest, DrainingDropsTheQueuedRequestsAtOnce) {
   EXPECT_FALSE(scheduler.running()[0]->finished());
 }
 
+// A queued request that a free slot awaits is served through the drain;
+// those beyond the free slots are refused at once.
+TEST(SchedulerTest, DrainingServesTheQueuedRequestsThatFreeSlotsAwait) {
+  Scheduler scheduler(Options(/*capacity=*/2));
+  ASSERT_TRUE(scheduler.Submit(Seq("running", 1)).ok());
+  Feed(scheduler.Schedule(absl::Now()));
+  ASSERT_TRUE(scheduler.Submit(Seq("next", 1)).ok());
+  ASSERT_TRUE(scheduler.Submit(Seq("beyond", 1)).ok());
+  scheduler.BeginDrain();
+  const IterationPlan plan = scheduler.Schedule(absl::Now());
+  ASSERT_EQ(plan.dropped.size(), 1u);
+  EXPECT_EQ(plan.dropped[0]->request.request_id, "beyond");
+  EXPECT_EQ(plan.dropped[0]->status.code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(scheduler.running().size(), 2u);
+  EXPECT_EQ(scheduler.running()[1]->request.request_id, "next");
+  EXPECT_EQ(scheduler.counts().queued, 0);
+}
+
 TEST(SchedulerTest, DrainWaitsForIdleAndStopHandsEverythingBack) {
   Scheduler scheduler(Options(/*capacity=*/1));
   ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());

@@ -475,5 +475,36 @@ TEST_F(StateReuseTest, PersistedSessionsSurviveAReplicaThatNeverDrained) {
   testing::RemoveTree(dir);
 }
 
+// With a signing key, only states this deployment exported are imported:
+// one signed with the same key continues exactly, an unsigned one (another
+// deployment, or made by hand) and one under another key are refused.
+TEST_F(StateReuseTest, WithASigningKeyOnlySignedStatesAreImported) {
+  EngineOptions signing = CacheOff();
+  signing.sessions.signing_key = std::string(32, 's');
+  std::unique_ptr<Engine> exporter = MakeEngine(signing);
+  std::unique_ptr<Engine> unsigned_engine = MakeEngine(CacheOff());
+  for (Engine* e : {exporter.get(), unsigned_engine.get()}) {
+    GenerationRequest r = Request("1", Bytes("Knock knock.\n"), 8);
+    r.session_id = "chat";
+    r.create_session = true;
+    ASSERT_TRUE(RunToEnd(*e, r).summary.status.ok());
+  }
+  const std::string signed_state = exporter->ExportSession("chat")->data;
+  const std::string unsigned_state = unsigned_engine->ExportSession("chat")->data;
+
+  std::unique_ptr<Engine> importer = MakeEngine(signing);
+  const absl::Status refused = importer->ImportSession("a", unsigned_state).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("not signed"), std::string::npos) << refused;
+  EngineOptions other_key = CacheOff();
+  other_key.sessions.signing_key = std::string(32, 'o');
+  EXPECT_EQ(MakeEngine(other_key)->ImportSession("b", signed_state).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(importer->ImportSession("chat", signed_state).ok());
+  GenerationRequest next = Request("2", Bytes("Who's there?\n"), 12);
+  next.session_id = "chat";
+  EXPECT_EQ(Tokens(RunToEnd(*importer, next)), Tokens(RunToEnd(*exporter, next)));
+}
+
 }  // namespace
 }  // namespace performer::server
