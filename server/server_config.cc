@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -77,6 +78,13 @@ ABSL_FLAG(std::string, state_spill_dir, "",
           "Folder for sessions that leave memory (one subfolder per model): idle ones past "
           "--session_bytes, and all of them at shutdown, so that a restarted server or another "
           "replica mounting the folder continues them. Empty = none.");
+ABSL_FLAG(double, caller_slot_share, 0.75,
+          "With --auth_tokens_file: the share of a model's slots one caller (token name) may "
+          "hold at once, (0, 1]; its other requests wait while other callers' are admitted. "
+          "1 = no bound.");
+ABSL_FLAG(double, caller_queue_share, 0.5,
+          "With --auth_tokens_file: the share of --max_queue one caller may have waiting beyond "
+          "its slots, (0, 1]; beyond it RESOURCE_EXHAUSTED. 1 = no bound.");
 ABSL_FLAG(bool, session_persist, false,
           "Write each session to --state_spill_dir after every turn (a writer thread, off the "
           "decode loop), so that a replica killed without a drain (SIGKILL, a lost node) loses no "
@@ -221,6 +229,12 @@ absl::Status CheckEngine(const RepositoryOptions& repository) {
   if (engine.sessions.ttl < absl::Seconds(1)) {
     return Invalid("--session_ttl_seconds must be at least 1");
   }
+  for (auto [flag, share] : {std::make_pair("caller_slot_share", engine.caller_slot_share),
+                             std::make_pair("caller_queue_share", engine.caller_queue_share)}) {
+    if (!(share > 0.0 && share <= 1.0)) {
+      return Invalid(absl::StrCat("--", flag, " must be in (0, 1], got ", share));
+    }
+  }
   if (engine.sessions.persist && engine.sessions.spill_dir.empty()) {
     return Invalid("--session_persist needs --state_spill_dir, the folder it writes to");
   }
@@ -298,6 +312,8 @@ RepositoryOptions RepositoryFromFlags() {
   engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
+  engine.caller_slot_share = absl::GetFlag(FLAGS_caller_slot_share);
+  engine.caller_queue_share = absl::GetFlag(FLAGS_caller_queue_share);
   engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   engine.stall_after_steps = absl::GetFlag(FLAGS_test_stall_engine_after_steps);
   RequestBounds& bounds = engine.request_bounds;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,13 @@ constexpr absl::Duration kSessionSweepPeriod = absl::Seconds(1);
 // "/" (token_file.h); the anonymous caller's ids are their own keys.
 std::string SessionKey(const std::string& owner, const std::string& id) {
   return owner.empty() ? id : absl::StrCat(owner, "/", id);
+}
+
+// `share` of `total` as a per-caller bound: at least 1; 0 (no bound) for a
+// share of 1.
+int64_t CallerShare(double share, int64_t total) {
+  if (share >= 1.0) return 0;
+  return std::max<int64_t>(1, static_cast<int64_t>(share * static_cast<double>(total)));
 }
 
 RequestLimits LimitsOf(const std::string& model_name, const decoding::DecoderInfo& info,
@@ -85,6 +93,8 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
   scheduling.prefill_chunk_tokens = options_.prefill_chunk_tokens;
   scheduling.max_prefills_per_step = options_.max_prefills_per_step;
   scheduling.batched_prefill_is_one_forward = options_.batched_prefill_is_one_forward;
+  scheduling.max_running_per_caller = CallerShare(options_.caller_slot_share, scheduling.capacity);
+  scheduling.max_queued_per_caller = CallerShare(options_.caller_queue_share, scheduling.max_queue);
   scheduler_ = std::make_unique<Scheduler>(scheduling);
   output_ =
       std::make_unique<OutputProcessor>(tokenizer, runner_->info().max_seq_len, options_.observer);

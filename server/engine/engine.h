@@ -66,6 +66,11 @@ struct EngineOptions {
   // prompts of one length fed as one forward count once (scheduler.h).
   int64_t max_prefills_per_step = 4;
   bool batched_prefill_is_one_forward = false;
+  // The most one named caller may hold: this share of the slots at once,
+  // and this share of max_queue waiting beyond them (SchedulerOptions'
+  // per-caller bounds, at least 1 each); 1 = no bound.
+  double caller_slot_share = 0.75;
+  double caller_queue_share = 0.5;
   RequestBounds request_bounds;                      // what one request may carry
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
   // Test hook: after this many decode steps the engine blocks until Stop()

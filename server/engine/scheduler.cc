@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "server/engine/draining.h"
@@ -51,6 +53,7 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
         absl::StrCat("all ", options_.capacity, " sequence slots are busy and ", queued,
                      " requests are waiting (the queue limit); retry later"));
   }
+  if (absl::Status s = CheckCallerShareLocked(sequence->request.owner); !s.ok()) return s;
   // An idle scheduler's clock starts when work arrives, so a long idle
   // period never reads as a stall.
   if (queue_.empty() && active == 0) last_activity_ = sequence->accepted;
@@ -58,6 +61,21 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
   const int64_t priority = sequence->request.priority;
   queue_.emplace(std::make_pair(-priority, arrivals_++), std::move(sequence));
   return absl::OkStatus();
+}
+
+absl::Status Scheduler::CheckCallerShareLocked(const std::string& owner) const {
+  if (owner.empty() || options_.max_queued_per_caller <= 0) return absl::OkStatus();
+  const int64_t running_bound =
+      options_.max_running_per_caller > 0 ? options_.max_running_per_caller : options_.capacity;
+  int64_t mine = 0;
+  for (const auto& entry : queue_) mine += entry.second->request.owner == owner ? 1 : 0;
+  for (const auto& s : running_) mine += s->request.owner == owner ? 1 : 0;
+  if (mine < running_bound + options_.max_queued_per_caller) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("caller ", owner, " has ", mine,
+                   " requests running or waiting, its share of the ", options_.capacity,
+                   " slots and the queue (--caller_slot_share, --caller_queue_share); "
+                   "retry later"));
 }
 
 bool Scheduler::Cancel(const std::string& request_id, const std::string& owner) {
@@ -103,15 +121,10 @@ bool Scheduler::HasWork() const {
   return !stopped_ && (!queue_.empty() || !running_.empty());
 }
 
-IterationPlan Scheduler::Schedule(absl::Time now) {
-  IterationPlan plan;
-  absl::MutexLock lock(&mu_);
-  // 1. Cancelled and expired requests: queued ones leave without a slot,
-  //    running ones end (their slots are freed by Retire).
-  //    While draining, the queued requests that free slots await are
-  //    served; every other one leaves at once with the drain's UNAVAILABLE,
-  //    so that its client retries elsewhere rather than wait out
-  //    --drain_timeout for a slot.
+void Scheduler::DropLeavingLocked(IterationPlan& plan, absl::Time now) {
+  // While draining, the queued requests that free slots await are served;
+  // every other one leaves at once with the drain's UNAVAILABLE, so that
+  // its client retries elsewhere rather than wait out --drain_timeout.
   int64_t free_slots = options_.capacity - static_cast<int64_t>(running_.size());
   for (auto it = queue_.begin(); it != queue_.end();) {
     ScheduledSequence& s = *it->second;
@@ -133,6 +146,14 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
       ++it;
     }
   }
+}
+
+IterationPlan Scheduler::Schedule(absl::Time now) {
+  IterationPlan plan;
+  absl::MutexLock lock(&mu_);
+  // 1. Cancelled and expired requests: queued ones leave without a slot,
+  //    running ones end (their slots are freed by Retire).
+  DropLeavingLocked(plan, now);
   for (auto& s : running_) {
     if (!s->finished()) s->EndIfCancelled(s->request.deadline <= now);
   }
@@ -163,15 +184,28 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
         std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
     if (!add({s.get(), s->prompt_fed, end, /*first=*/false})) break;
   }
-  while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.capacity) {
-    auto it = queue_.begin();
+  // 3. New sequences into the free slots, in queue order, skipping those
+  //    of a caller that holds its share of the slots already.
+  std::unordered_map<std::string, int64_t> held;
+  if (options_.max_running_per_caller > 0) {
+    for (const auto& s : running_) ++held[s->request.owner];
+  }
+  for (auto it = queue_.begin();
+       it != queue_.end() && static_cast<int64_t>(running_.size()) < options_.capacity;) {
     ScheduledSequence* s = it->second.get();
+    const std::string& owner = s->request.owner;
+    if (options_.max_running_per_caller > 0 && !owner.empty() &&
+        held[owner] >= options_.max_running_per_caller) {
+      ++it;
+      continue;
+    }
     const size_t end =
         std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
     if (!add({s, s->prompt_fed, end, /*first=*/true})) break;
     s->admitted = now;
+    ++held[owner];
     running_.push_back(std::move(it->second));
-    queue_.erase(it);
+    it = queue_.erase(it);
   }
   return plan;
 }

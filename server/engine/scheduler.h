@@ -112,6 +112,14 @@ struct SchedulerOptions {
   // rows: the token budget alone would let 32 short prompts stall the
   // running streams at once).
   bool batched_prefill_is_one_forward = false;
+  // Fairness between callers (GenerationRequest::owner, a token's name): a
+  // named caller holds at most max_running_per_caller slots at once (its
+  // other requests wait while other callers' are admitted), and has at most
+  // max_running_per_caller + max_queued_per_caller requests queued or
+  // running (RESOURCE_EXHAUSTED beyond). The anonymous caller ("": every
+  // client of a server without tokens) is not bounded. 0 = no bound.
+  int64_t max_running_per_caller = 0;
+  int64_t max_queued_per_caller = 0;
 };
 
 // One prompt chunk to feed: tokens [begin, end) of the sequence's prompt.
@@ -212,6 +220,14 @@ class Scheduler {
   // The conditions the engine thread and WaitIdle wait for.
   bool WorkOrStopLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Step 1 of Schedule: the queued requests that leave without a slot
+  // (cancelled, past their deadline, or refused by the drain) into
+  // plan.dropped.
+  void DropLeavingLocked(IterationPlan& plan, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when `owner` has its share of slots and queue
+  // (SchedulerOptions::max_queued_per_caller) already.
+  absl::Status CheckCallerShareLocked(const std::string& owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   mutable absl::Mutex mu_;

@@ -222,8 +222,8 @@ TEST_F(ServerConfigTest, SessionPeersAndPersistAreChecked) {
     Set("state_spill_dir", "/tmp/spill");
     EXPECT_EQ(Refusal(), "");
   }
-  for (const char* bad : {"replica-a", "replica-a:0", "replica-a:70000", ":50051", "[::1:50051",
-                          "dns:///peers"}) {
+  for (const char* bad :
+       {"replica-a", "replica-a:0", "replica-a:70000", ":50051", "[::1:50051", "dns:///peers"}) {
     absl::FlagSaver restore;
     Set("session_peers", absl::StrCat("replica-b:50051,", bad));
     EXPECT_NE(Refusal().find(absl::StrCat("--session_peers: \"", bad, "\" is not host:port")),
@@ -242,6 +242,23 @@ TEST_F(ServerConfigTest, SessionPeersAndPersistAreChecked) {
   EXPECT_EQ(config->session_peers.peers.size(), 3u);
   EXPECT_EQ(config->session_peers.token_file, "/etc/performer/peer-token");
   EXPECT_EQ(config->session_peers.timeout, absl::Seconds(2));
+}
+
+TEST_F(ServerConfigTest, CallerSharesAreFractionsOfOne) {
+  for (const char* flag : {"caller_slot_share", "caller_queue_share"}) {
+    for (const char* bad : {"0", "-0.5", "1.5", "nan"}) {
+      absl::FlagSaver restore;
+      Set(flag, bad);
+      EXPECT_NE(Refusal().find(absl::StrCat("--", flag, " must be in (0, 1]")), std::string::npos)
+          << flag << "=" << bad;
+    }
+  }
+  Set("caller_slot_share", "1");
+  Set("caller_queue_share", "0.25");
+  const absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->repository.engine.caller_slot_share, 1.0);
+  EXPECT_EQ(config->repository.engine.caller_queue_share, 0.25);
 }
 
 TEST_F(ServerConfigTest, HistogramBoundsAreParsed) {

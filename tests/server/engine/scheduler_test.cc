@@ -285,6 +285,45 @@ TEST(SchedulerTest, DrainingServesTheQueuedRequestsThatFreeSlotsAwait) {
   EXPECT_EQ(scheduler.counts().queued, 0);
 }
 
+std::unique_ptr<ScheduledSequence> SeqOf(const std::string& owner, const std::string& id) {
+  std::unique_ptr<ScheduledSequence> s = Seq(id, 1);
+  s->request.owner = owner;
+  return s;
+}
+
+// A caller at its share of the slots waits while others' requests are
+// admitted, though it came first; the anonymous caller is not bounded.
+TEST(SchedulerTest, ACallerHoldsAtMostItsShareOfTheSlots) {
+  SchedulerOptions options = Options(/*capacity=*/4, /*chunk=*/8, /*max_prefills=*/8);
+  options.max_running_per_caller = 2;
+  Scheduler scheduler(options);
+  for (const char* id : {"a1", "a2", "a3", "a4"})
+    ASSERT_TRUE(scheduler.Submit(SeqOf("alice", id)).ok());
+  for (const char* id : {"b1", "b2"}) ASSERT_TRUE(scheduler.Submit(SeqOf("bob", id)).ok());
+  const IterationPlan plan = scheduler.Schedule(absl::Now());
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a1", "a2", "b1", "b2"}));
+  EXPECT_EQ(scheduler.counts().queued, 2);
+
+  Scheduler anonymous(options);
+  for (const char* id : {"x1", "x2", "x3", "x4"}) ASSERT_TRUE(anonymous.Submit(SeqOf("", id)).ok());
+  EXPECT_EQ(Ids(anonymous.Schedule(absl::Now())).size(), 4u);
+}
+
+// A caller with its share of slots and queue taken is refused, naming it;
+// others are not.
+TEST(SchedulerTest, ACallerBeyondItsShareIsRefused) {
+  SchedulerOptions options = Options(/*capacity=*/2);
+  options.max_running_per_caller = 1;
+  options.max_queued_per_caller = 2;
+  Scheduler scheduler(options);
+  for (const char* id : {"a1", "a2", "a3"}) ASSERT_TRUE(scheduler.Submit(SeqOf("alice", id)).ok());
+  const absl::Status refused = scheduler.Submit(SeqOf("alice", "a4"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("caller alice has 3 requests"), std::string::npos) << refused;
+  EXPECT_TRUE(scheduler.Submit(SeqOf("bob", "b1")).ok());
+  EXPECT_TRUE(scheduler.Submit(SeqOf("", "x1")).ok());
+}
+
 TEST(SchedulerTest, DrainWaitsForIdleAndStopHandsEverythingBack) {
   Scheduler scheduler(Options(/*capacity=*/1));
   ASSERT_TRUE(scheduler.Submit(Seq("a", 1)).ok());
