@@ -7,6 +7,8 @@
 //   node generate.js --target localhost:50051 --model my-lm --max_new_tokens 64 \
 //       --temperature 0.8 --seed 7 "Hello"
 //   node generate.js --list
+//   node generate.js --session chat-1 --create_session "Hi."
+//   node generate.js --session chat-1 "And then?"
 //
 // The text goes to stdout as it arrives; the finish reason, token counts and
 // timings go to stderr. A failed call prints the server's status and message
@@ -42,6 +44,8 @@ function options() {
       top_p: { type: 'string' },
       seed: { type: 'string' },
       timeout: { type: 'string', default: '60' },
+      session: { type: 'string', default: '' },
+      create_session: { type: 'boolean', default: false },
       list: { type: 'boolean', default: false },
     },
   });
@@ -77,14 +81,20 @@ function main() {
     model: opts.model,
     prompt_text: opts.prompt,
     max_new_tokens: Number(opts.max_new_tokens),
+    session_id: opts.session,
+    create_session: opts.create_session,
   };
   // Optional fields: left out means the model's generation_config.json default.
   if (opts.temperature !== undefined) request.temperature = Number(opts.temperature);
   if (opts.top_p !== undefined) request.top_p = Number(opts.top_p);
   if (opts.seed !== undefined) request.seed = Number(opts.seed);
 
+  // A proxy in front of several replicas routes a session's turns to the
+  // replica that holds it by this header.
+  const metadata = new grpc.Metadata();
+  if (opts.session) metadata.set('x-session-id', opts.session);
   let last = null;
-  const call = client.GenerateStream(request, { deadline });
+  const call = client.GenerateStream(request, metadata, { deadline });
   call.on('data', (message) => {
     process.stdout.write(message.text);
     last = message;
@@ -101,6 +111,10 @@ function main() {
         `${last.usage.generated_tokens} generated tokens, first token ` +
         `${(1000 * t.time_to_first_token_seconds).toFixed(0)} ms, total ` +
         `${(1000 * t.total_seconds).toFixed(0)} ms]\n`);
+      if (opts.session) {
+        process.stderr.write(`[session ${opts.session} at ${last.session_position} tokens, ` +
+          `${last.usage.cached_prompt_tokens} of the prompt from its state]\n`);
+      }
     }
     client.close();
   });

@@ -73,26 +73,30 @@ class ExamplesTest(harness.ServerTestCase):
         self.check_generation(self.python("--temperature", "0",
                                           "--max_new_tokens", str(NEW_TOKENS), PROMPT))
 
-    def test_python_session(self):
+    def check_session(self, run, name):
         # Two turns of a session: the second continues the first (its text
         # is that of one request with the whole history), and an unknown
         # session is NOT_FOUND.
-        turn1 = self.python("--temperature", "0", "--max_new_tokens", "8", "--session",
-                            "example-chat", "--create_session", PROMPT)
+        turn1 = run("--temperature", "0", "--max_new_tokens", "8", "--session", name,
+                    "--create_session", PROMPT)
         self.assertEqual(turn1.returncode, 0, turn1.stderr)
-        turn2 = self.python("--temperature", "0", "--max_new_tokens", "8", "--session",
-                            "example-chat", " and then")
+        turn2 = run("--temperature", "0", "--max_new_tokens", "8", "--session", name, " and then")
         self.assertEqual(turn2.returncode, 0, turn2.stderr)
         history = PROMPT + turn1.stdout[:-1] + " and then"
         whole = self.server.stub.Generate(
             pb.GenerateRequest(prompt_text=history, max_new_tokens=8, temperature=0.0),
             timeout=60)
         self.assertEqual(turn2.stdout, whole.text + "\n")
-        self.assertRegex(turn2.stderr, r"session example-chat at %d tokens"
-                         % (len(history.encode()) + 8))
-        missing = self.python("--session", "never-created", PROMPT)
+        self.assertRegex(turn2.stderr, r"session %s at %d tokens" % (name, len(history.encode()) + 8))
+        missing = run("--session", "never-created", PROMPT)
         self.assertEqual(missing.returncode, 1)
         self.assertIn("error: NOT_FOUND:", missing.stderr)
+
+    def test_python_session(self):
+        self.check_session(self.python, "python-chat")
+
+    def test_node_session(self):
+        self.check_session(self.node, "node-chat")
 
     def test_python_list(self):
         self.check_listing(self.python("--list"))
