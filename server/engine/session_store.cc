@@ -405,23 +405,35 @@ absl::Status SessionStore::Delete(const std::string& id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::Time now) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindHeldLocked(const std::string& id,
+                                                                         absl::Time now) {
   ExpireLocked(now);
   absl::StatusOr<Lru::iterator> found = FindLocked(id);
   if (!found.ok()) return found.status();
   if (*found == lru_.end() || (*found)->content.state == nullptr) {
     return absl::NotFoundError(absl::StrCat("no session ", id));
   }
+  return *found;
+}
+
+absl::StatusOr<ExportedSession> SessionStore::ExportLocked(const Record& record) const {
+  const SessionState& content = record.content;
+  absl::StatusOr<std::string> data = Encode({*content.state, content.tokens});
+  if (!data.ok()) return data.status();
+  return ExportedSession{*std::move(data), content.state->position,
+                         static_cast<int64_t>(content.tokens.size())};
+}
+
+absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Lru::iterator> found = FindHeldLocked(id, now);
+  if (!found.ok()) return found.status();
   if ((*found)->busy) {
     return absl::AbortedError(
         absl::StrCat("session ", id, " has a request running here; move it when it ends"));
   }
-  const SessionState& content = (*found)->content;
-  absl::StatusOr<std::string> data = Encode({*content.state, content.tokens});
-  if (!data.ok()) return data.status();
-  ExportedSession moved{*std::move(data), content.state->position,
-                        static_cast<int64_t>(content.tokens.size())};
+  absl::StatusOr<ExportedSession> moved = ExportLocked(**found);
+  if (!moved.ok()) return moved.status();
   EraseLocked(*found);
   ++stats_.moved_out;
   return moved;
@@ -429,18 +441,10 @@ absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::
 
 absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  ExpireLocked(now);
-  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  absl::StatusOr<Lru::iterator> found = FindHeldLocked(id, now);
   if (!found.ok()) return found.status();
-  if (*found == lru_.end() || (*found)->content.state == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no session ", id));
-  }
   Touch(*found, now);
-  const SessionState& content = (*found)->content;
-  absl::StatusOr<std::string> data = Encode({*content.state, content.tokens});
-  if (!data.ok()) return data.status();
-  return ExportedSession{*std::move(data), content.state->position,
-                         static_cast<int64_t>(content.tokens.size())};
+  return ExportLocked(**found);
 }
 
 absl::Status SessionStore::Import(const std::string& id, SessionState content, absl::Time now,

@@ -142,6 +142,13 @@ class SessionStore {
   absl::StatusOr<std::optional<decoding::EncodedState>> ClaimFileLocked(const std::string& id,
                                                                         const std::string& path)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The record of a session with a state (FindLocked after the expiry
+  // sweep); NOT_FOUND otherwise.
+  absl::StatusOr<Lru::iterator> FindHeldLocked(const std::string& id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its bytes (Encode) with its position and token count.
+  absl::StatusOr<ExportedSession> ExportLocked(const Record& record) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `id` from memory (and its persisted file).
   void EraseLocked(Lru::iterator record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `id` for the persist writer.
