@@ -45,6 +45,13 @@ std::string Sha256Hex(const std::string& id) {
 
 constexpr size_t kSha256HexDigits = 64;
 
+// Writes `bytes` to `path`, created or truncated; false when it could not.
+bool WriteBytes(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return out.good();
+}
+
 }  // namespace
 
 int64_t SessionState::bytes() const {
@@ -213,25 +220,23 @@ void SessionStore::PersistLoop() {
     // is never held up by the disk.
     mu_.Unlock();
     const std::string path = PathOf(FileKey(id));
-    const std::string temporary = absl::StrCat(path, ".tmp.", claim_suffix_);
-    bool written = false;
-    if (absl::StatusOr<std::string> bytes = Encode(content); bytes.ok()) {
-      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-      written = out.good();
-    }
+    // A name of its own: WriteLocked (a spill, under the lock) may write
+    // the same session meanwhile.
+    const std::string temporary = absl::StrCat(path, ".persist.", claim_suffix_);
+    const absl::StatusOr<std::string> bytes = Encode(content);
+    const bool written = bytes.ok() && WriteBytes(temporary, *bytes);
     mu_.Lock();
     // Put in place only if the session is still here and unchanged: one
     // that moved, was deleted or was changed again (and queued again) must
     // not get this file.
     it = index_.find(id);
-    std::error_code ignored;
+    std::error_code error;
     if (!written || it == index_.end() || it->second->version != version) {
-      fs::remove(temporary, ignored);
+      fs::remove(temporary, error);
       continue;
     }
-    fs::rename(temporary, path, ignored);
-    if (!ignored) ++stats_.persisted;
+    fs::rename(temporary, path, error);
+    if (!error) ++stats_.persisted;
   }
   mu_.Unlock();
 }
@@ -278,12 +283,8 @@ absl::Status SessionStore::WriteLocked(const Record& record) {
   if (!bytes.ok()) return bytes.status();
   const std::string path = PathOf(FileKey(record.id));
   const std::string temporary = absl::StrCat(path, ".tmp.", claim_suffix_);
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-    if (!out.good()) {
-      return absl::InternalError(absl::StrCat("cannot write session file ", temporary));
-    }
+  if (!WriteBytes(temporary, *bytes)) {
+    return absl::InternalError(absl::StrCat("cannot write session file ", temporary));
   }
   std::error_code error;
   fs::rename(temporary, path, error);

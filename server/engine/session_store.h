@@ -7,7 +7,7 @@
 // has seen (prompts and generated tokens; the last generated token is seen
 // but not yet fed: it is fed first by the next turn). One request at a time
 // per session. A session exists once created (Begin with `create`, or
-// Import); a turn never starts one in place of a session that is not held.
+// Import); a turn of a session that is not held is refused.
 // Tiers: a session's state is a host copy (StateSnapshot);
 // idle sessions past the memory budget move to the spill folder (when one
 // is set; otherwise the least recently used are dropped) and come back on
@@ -142,8 +142,8 @@ class SessionStore {
   absl::StatusOr<std::optional<decoding::EncodedState>> ClaimFileLocked(const std::string& id,
                                                                         const std::string& path)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The record of a session with a state (FindLocked after the expiry
-  // sweep); NOT_FOUND otherwise.
+  // Drops the expired sessions, then the record of `id` if it holds a
+  // state (FindLocked); NOT_FOUND otherwise.
   absl::StatusOr<Lru::iterator> FindHeldLocked(const std::string& id, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Its bytes (Encode) with its position and token count.
