@@ -236,8 +236,11 @@ class ScaleOutTest(unittest.TestCase):
         replicas[3].start()
         proxy.admin("enable server performer/r4")
         proxy.wait_up(["r4"])
-        # A rollout step: r2 drains (SIGTERM) while turns keep coming.
+        # A rollout step as deploy/haproxy/haproxy.cfg describes it: r2 is
+        # taken out of the ring (as Kubernetes removes a terminating pod's
+        # endpoint), then drains (SIGTERM) while turns keep coming.
         wait_done(total * 2 // 3)
+        proxy.admin("disable server performer/r2")
         replicas[1].signal(signal.SIGTERM)
         for t in threads:
             t.join(timeout=600)
