@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration", "python"))
 
 import harness  # noqa: E402
 from harness import pb  # noqa: E402
-import test_scale_out  # noqa: E402  (its Proxy, free_port and messages)
+from proxy import Proxy, free_port  # noqa: E402
+import test_scale_out  # noqa: E402  (its messages)
 
 MODEL = "performer-fortunes"
 
@@ -66,13 +67,13 @@ def replica(name, port, ports, spill, *flags):
 
 def main():
     args = parse_args()
-    ports = [test_scale_out.free_port() for _ in range(2)]
+    ports = [free_port() for _ in range(2)]
     spill = harness.make_temp_dir("bench-spill")
     a = replica("bench-a", ports[0], ports, spill)
     b = replica("bench-b", ports[1], ports, spill)
-    persisting = replica("bench-persist", test_scale_out.free_port(), [], harness.make_temp_dir(
+    persisting = replica("bench-persist", free_port(), [], harness.make_temp_dir(
         "bench-persist"), "--session_persist")
-    proxy = test_scale_out.Proxy([a.address, b.address, a.address])
+    proxy = Proxy([a.address, b.address, a.address])
     results = {"direct": [], "proxy": [], "peer move": [], "turn": [], "turn, persist": []}
     try:
         proxy.wait_up(["r1", "r2", "r3"])

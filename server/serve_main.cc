@@ -59,6 +59,9 @@
 #include "server/logging/server_log.h"
 #include "server/metrics/metrics_endpoint.h"
 #include "server/metrics/server_metrics.h"
+#include "server/process/heap_release.h"
+#include "server/process/listener_watch.h"
+#include "server/process/open_file_limit.h"
 #include "server/repository/model_repository.h"
 #include "server/security/call_gate.h"
 #include "server/security/credential_reloader.h"
@@ -80,6 +83,7 @@ using performer::server::GatedServerCredentials;
 using performer::server::GenerationService;
 using performer::server::GrpcConfig;
 using performer::server::InferenceService;
+using performer::server::ListenerWatch;
 using performer::server::LogEvent;
 using performer::server::LogFields;
 using performer::server::MetricsConfig;
@@ -92,6 +96,14 @@ using performer::server::SessionPeers;
 using performer::server::TlsFiles;
 using performer::server::TokenAuthenticator;
 namespace level = spdlog::level;
+
+// The request metadata gRPC accepts on a call: tokens, session ids and
+// request ids fit many times over. It bounds a complete header block; one
+// that never ends (a CONTINUATION flood) is buffered by gRPC 1.51 before the
+// check, which only a proxy in front stops (docs/reliability.md).
+constexpr int kMaxMetadataBytes = 16 * 1024;
+// Free heap above this is returned to the system (process/heap_release.h).
+constexpr size_t kHeapReleaseThresholdBytes = size_t{128} << 20;
 
 // grpc.health.v1 names (SetReadiness, LivenessMonitor).
 constexpr char kServiceName[] = "performer.v1.Generation";
@@ -357,12 +369,34 @@ void ExposeMetrics(ServerMetrics& metrics, const ModelRepository& repository, ab
   for (const auto& collectable : metrics.collectables()) exposer->RegisterCollectable(collectable);
 }
 
+// The gauge LivenessMonitor sets: 1 while every gRPC listener accepts (as
+// they do once they listen).
+prometheus::Gauge& ListenersAcceptingGauge(ServerMetrics& metrics) {
+  prometheus::Gauge& gauge =
+      prometheus::BuildGauge()
+          .Name("performer_listeners_accepting")
+          .Help(
+              "1 while every gRPC listener accepts connections, 0 once one has left "
+              "connections waiting for --liveness_stall_seconds")
+          .Register(*metrics.registry())
+          .Add({});
+  gauge.Set(1);
+  return gauge;
+}
+
 // The gRPC server and the ports it bound.
 struct GrpcServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   int health_port = -1;  // -1: no health port
 };
+
+// The listening ports LivenessMonitor watches.
+std::vector<int> ListeningPorts(const GrpcServer& grpc) {
+  std::vector<int> ports = {grpc.port};
+  if (grpc.health_port >= 0) ports.push_back(grpc.health_port);
+  return ports;
+}
 
 // The transport settings of every listener.
 void ConfigureTransport(const GrpcConfig& grpc, grpc::ServerBuilder& builder) {
@@ -374,6 +408,12 @@ void ConfigureTransport(const GrpcConfig& grpc, grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              grpc.keepalive_min_client_ping_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  // Identity only: gRPC 1.51 inflates a compressed message whole before it
+  // checks the size (a 0.5 MB gzip request grew to 512 MB). A compressed
+  // request is refused with UNIMPLEMENTED before its message is read.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   if (grpc.max_threads > 0) {
     grpc::ResourceQuota quota("performer-serve");
     quota.SetMaxThreads(grpc.max_threads);
@@ -445,14 +485,22 @@ void SetReadiness(grpc::HealthCheckServiceInterface& health, const ModelReposito
   }
 }
 
-// Liveness: a stuck engine (work waiting, no step within the window) turns
-// every health name NOT_SERVING, liveness included, until it moves again.
-// Watches from construction to destruction.
+// Liveness: a stuck engine (work waiting, no step within the window) or a
+// gRPC listener that stopped accepting (connections waiting to be accepted
+// for the whole window: process/listener_watch.h) turns every health name
+// NOT_SERVING, liveness included, until it moves again. Watches from
+// construction to destruction; destroy it before the listeners close.
 class LivenessMonitor {
  public:
   LivenessMonitor(grpc::HealthCheckServiceInterface& health, const ModelRepository& repository,
-                  absl::Duration stall)
-      : health_(health), repository_(repository), stall_(stall), thread_([this] { Watch(); }) {}
+                  absl::Duration stall, const std::vector<int>& ports,
+                  prometheus::Gauge& listeners_accepting)
+      : health_(health),
+        repository_(repository),
+        stall_(stall),
+        listeners_(ports),
+        listeners_accepting_(listeners_accepting),
+        thread_([this] { Watch(); }) {}
   ~LivenessMonitor() {
     {
       absl::MutexLock lock(&mu_);
@@ -464,8 +512,8 @@ class LivenessMonitor {
   LivenessMonitor& operator=(const LivenessMonitor&) = delete;
 
  private:
-  bool Healthy(bool was_healthy) const {
-    bool healthy = true;
+  bool Healthy(bool was_healthy) {
+    bool healthy = ListenersAccepting(was_healthy);
     for (const auto& model : repository_.models()) {
       if (model->engine && !model->engine->Healthy(stall_)) {
         healthy = false;
@@ -477,6 +525,18 @@ class LivenessMonitor {
       }
     }
     return healthy;
+  }
+
+  bool ListenersAccepting(bool was_healthy) {
+    const std::optional<ListenerWatch::Stall> stall = listeners_.Sample(absl::Now(), stall_);
+    listeners_accepting_.Set(stall ? 0 : 1);
+    if (stall && was_healthy) {
+      LogEvent(level::critical, "listener stopped accepting",
+               {{"port", stall->port},
+                {"waiting_connections", stall->queued},
+                {"stall_seconds", absl::ToDoubleSeconds(stall_)}});
+    }
+    return !stall;
   }
 
   void Watch() {
@@ -494,6 +554,8 @@ class LivenessMonitor {
   grpc::HealthCheckServiceInterface& health_;
   const ModelRepository& repository_;
   const absl::Duration stall_;
+  ListenerWatch listeners_;  // sampled by the thread alone
+  prometheus::Gauge& listeners_accepting_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the rest is set
@@ -556,6 +618,31 @@ void Drain(ModelRepository& repository, absl::Duration timeout) {
   }
 }
 
+// LibTorch's threads, and the "runtime" log line.
+void ConfigureRuntime(const ServerConfig& config, uint64_t open_files_limit) {
+  const performer::TorchRuntimeInfo runtime =
+      performer::ConfigureTorchRuntime(config.intra_op_threads);
+  LogEvent(level::info, "runtime",
+           {{"torch", performer::DescribeTorchRuntime(runtime)},
+            {"device", config.repository.device},
+            {"open_files_limit", static_cast<int64_t>(open_files_limit)}});
+}
+
+// What the services share; they report to `metrics` and `request_log`.
+performer::server::ServiceOptions ServiceOptionsFor(const ServerConfig& config,
+                                                    const Credentials& credentials,
+                                                    ServerMetrics& metrics,
+                                                    performer::server::RequestLog& request_log) {
+  performer::server::ServiceOptions options;
+  options.stream_buffer_tokens = config.stream_buffer_tokens;
+  options.tokens = credentials.tokens.get();
+  options.max_priority_unprivileged = config.security.max_priority_unprivileged;
+  options.security_observer = &metrics;
+  options.peers = credentials.session_peers.get();
+  options.observers = {&metrics, &request_log};
+  return options;
+}
+
 int Run() {
   const sigset_t signals = BlockServingSignals();
   const GrpcLibrary grpc_library;
@@ -569,6 +656,8 @@ int Run() {
   if (!config.ok()) return Fail(2, std::string(config.status().message()));
   absl::StatusOr<Credentials> credentials = LoadCredentials(*config);
   if (!credentials.ok()) return Fail(2, std::string(credentials.status().message()));
+  const uint64_t open_files_limit = performer::server::RaiseOpenFileLimit();
+  const performer::server::HeapReleaser heap_releaser(kHeapReleaseThresholdBytes, absl::Seconds(1));
   ServerMetrics metrics(config->metrics.buckets);
   CredentialReloader reloader(&metrics);
   WatchCredentials(config->security, *credentials, reloader);
@@ -577,11 +666,7 @@ int Run() {
   if (!exposer.ok()) return Fail(1, std::string(exposer.status().message()));
   const int metrics_port = *exposer ? performer::server::MetricsEndpointPort(**exposer) : -1;
 
-  const performer::TorchRuntimeInfo runtime =
-      performer::ConfigureTorchRuntime(config->intra_op_threads);
-  LogEvent(
-      level::info, "runtime",
-      {{"torch", performer::DescribeTorchRuntime(runtime)}, {"device", config->repository.device}});
+  ConfigureRuntime(*config, open_files_limit);
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
       config->model_repository, RepositoryOptionsFor(*config, *credentials, metrics),
       config->default_model);
@@ -589,15 +674,11 @@ int Run() {
   // Serving starts: from here SIGTERM drains.
   const int early_signal = startup_signals.Finish();
 
-  performer::server::ServiceOptions service_options;
-  service_options.stream_buffer_tokens = config->stream_buffer_tokens;
-  service_options.tokens = credentials->tokens.get();
-  service_options.max_priority_unprivileged = config->security.max_priority_unprivileged;
-  service_options.security_observer = &metrics;
-  service_options.peers = credentials->session_peers.get();
   performer::server::RequestLog request_log;
-  service_options.observers = {&metrics, &request_log};
+  const performer::server::ServiceOptions service_options =
+      ServiceOptionsFor(*config, *credentials, metrics, request_log);
   ExposeMetrics(metrics, **repository, config->liveness_stall, exposer->get());
+  prometheus::Gauge& listeners_accepting = ListenersAcceptingGauge(metrics);
   GenerationService service(**repository, service_options);
   InferenceService inference_service(**repository, service_options, config->liveness_stall);
   absl::StatusOr<GrpcServer> grpc = StartGrpc(
@@ -614,7 +695,8 @@ int Run() {
 
   int signal_number = 0;
   {
-    const LivenessMonitor liveness(health, **repository, config->liveness_stall);
+    const LivenessMonitor liveness(health, **repository, config->liveness_stall,
+                                   ListeningPorts(*grpc), listeners_accepting);
     if (!reloader.empty()) {
       reloader.StartPolling(absl::Seconds(config->security.credentials_reload_seconds));
     }

@@ -85,6 +85,11 @@ ABSL_FLAG(double, caller_slot_share, 0.75,
 ABSL_FLAG(double, caller_queue_share, 0.5,
           "With --auth_tokens_file: the share of --max_queue one caller may have waiting beyond "
           "its slots, (0, 1]; beyond it RESOURCE_EXHAUSTED. 1 = no bound.");
+ABSL_FLAG(double, caller_session_share, 0.5,
+          "With --auth_tokens_file: the share of --session_bytes one caller's sessions may hold "
+          "in memory, (0, 1]; past it that caller's own least recently used idle sessions move "
+          "to --state_spill_dir (or are dropped without one), never another caller's, and a "
+          "session that cannot fit gets RESOURCE_EXHAUSTED. 1 = no bound.");
 ABSL_FLAG(bool, session_persist, false,
           "Write each session to --state_spill_dir after every turn (a writer thread, off the "
           "decode loop), so that a replica killed without a drain (SIGKILL, a lost node) loses no "
@@ -139,8 +144,9 @@ ABSL_FLAG(std::string, token_count_buckets, "",
 ABSL_FLAG(std::string, batch_size_buckets, "",
           "Histogram bounds for the batch size and tokens per step; empty = 1 .. 512.");
 ABSL_FLAG(double, liveness_stall_seconds, 30,
-          "An engine with work that completes no step for this long is stuck: health \"\" "
-          "turns NOT_SERVING and performer_engine_healthy drops to 0.");
+          "An engine with work that completes no step for this long, or a gRPC listener that "
+          "leaves connections waiting this long, is stuck: every health name, liveness "
+          "included, turns NOT_SERVING.");
 ABSL_FLAG(std::string, log_format, "plain",
           "Log lines on stderr: \"plain\" for people or \"json\" (one object per line).");
 ABSL_FLAG(std::string, log_level, "info",
@@ -230,7 +236,8 @@ absl::Status CheckEngine(const RepositoryOptions& repository) {
     return Invalid("--session_ttl_seconds must be at least 1");
   }
   for (auto [flag, share] : {std::make_pair("caller_slot_share", engine.caller_slot_share),
-                             std::make_pair("caller_queue_share", engine.caller_queue_share)}) {
+                             std::make_pair("caller_queue_share", engine.caller_queue_share),
+                             std::make_pair("caller_session_share", engine.caller_session_share)}) {
     if (!(share > 0.0 && share <= 1.0)) {
       return Invalid(absl::StrCat("--", flag, " must be in (0, 1], got ", share));
     }
@@ -314,6 +321,7 @@ RepositoryOptions RepositoryFromFlags() {
   engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
   engine.caller_slot_share = absl::GetFlag(FLAGS_caller_slot_share);
   engine.caller_queue_share = absl::GetFlag(FLAGS_caller_queue_share);
+  engine.caller_session_share = absl::GetFlag(FLAGS_caller_session_share);
   engine.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   engine.stall_after_steps = absl::GetFlag(FLAGS_test_stall_engine_after_steps);
   RequestBounds& bounds = engine.request_bounds;

@@ -103,6 +103,8 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
   prefix_cache_ = std::make_unique<PrefixStateCache>(prefix);
   SessionOptions sessions = options_.sessions;
   if (!ReusesStates()) sessions.max_bytes = 0;
+  sessions.max_bytes_per_caller = CallerShare(options_.caller_session_share, sessions.max_bytes);
+  sessions.new_session_bytes = runner_->info().state_bytes_per_sequence;
   sessions_ = std::make_unique<SessionStore>(sessions);
   thread_ = std::thread([this] {
     NameThisThread("engine");
@@ -140,11 +142,11 @@ absl::Status Engine::PrepareResume(ScheduledSequence& s) {
                                         "so it keeps no sessions"));
     }
     absl::StatusOr<SessionState> content =
-        sessions_->Begin(session, absl::Now(), s.request.create_session);
+        sessions_->Begin(session, absl::Now(), s.request.create_session, s.request.owner);
     if (!content.ok()) {
       const absl::Status& status = content.status();
       if (!absl::IsNotFound(status) && !absl::IsAlreadyExists(status) &&
-          !absl::IsFailedPrecondition(status)) {
+          !absl::IsFailedPrecondition(status) && !absl::IsResourceExhausted(status)) {
         return status;
       }
       return absl::Status(status.code(),
@@ -251,7 +253,7 @@ absl::StatusOr<ExportedSession> Engine::ExportSession(const std::string& session
                                                       const std::string& owner) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  return sessions_->Export(SessionKey(owner, session_id), absl::Now());
+  return sessions_->Export(SessionKey(owner, session_id), absl::Now(), owner);
 }
 
 absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id, std::string_view data,
@@ -284,7 +286,7 @@ absl::StatusOr<int64_t> Engine::ImportSession(const std::string& session_id, std
   content.state = std::make_shared<const StateSnapshot>(std::move(decoded->snapshot));
   content.tokens = std::move(decoded->tokens);
   if (absl::Status s = sessions_->Import(SessionKey(owner, session_id), std::move(content),
-                                         absl::Now(), moved_in);
+                                         absl::Now(), moved_in, owner);
       !s.ok()) {
     return s;
   }
@@ -299,7 +301,7 @@ absl::StatusOr<ExportedSession> Engine::TakeSession(const std::string& session_i
                                                     const std::string& owner) {
   if (!sessions_->enabled()) return absl::FailedPreconditionError("sessions are off");
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  return sessions_->Take(SessionKey(owner, session_id), absl::Now());
+  return sessions_->Take(SessionKey(owner, session_id), absl::Now(), owner);
 }
 
 void Engine::CountSessionPeerUnavailable() { sessions_->CountPeerUnavailable(); }

@@ -68,9 +68,12 @@ struct EngineOptions {
   bool batched_prefill_is_one_forward = false;
   // The most one named caller may hold: this share of the slots at once,
   // and this share of max_queue waiting beyond them (SchedulerOptions'
-  // per-caller bounds, at least 1 each); 1 = no bound.
+  // per-caller bounds, at least 1 each), and this share of
+  // sessions.max_bytes for its sessions in memory
+  // (SessionOptions::max_bytes_per_caller); 1 = no bound.
   double caller_slot_share = 0.75;
   double caller_queue_share = 0.5;
+  double caller_session_share = 0.5;
   RequestBounds request_bounds;                      // what one request may carry
   absl::Duration step_delay = absl::ZeroDuration();  // test hook: slows every step
   // Test hook: after this many decode steps the engine blocks until Stop()
@@ -105,7 +108,8 @@ class Engine {
   // then queues it. RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
   // when draining, ALREADY_EXISTS for a live request_id of the same owner
   // (GenerationRequest::owner); with a session_id also the session's errors
-  // (SessionStore::Begin; FAILED_PRECONDITION where sessions are off or the
+  // (SessionStore::Begin, RESOURCE_EXHAUSTED past the caller's share of the
+  // session memory; FAILED_PRECONDITION where sessions are off or the
   // model cannot keep them, OUT_OF_RANGE when the session's history and the
   // prompt leave no room). On error nothing is written to `stream`.
   absl::Status Submit(GenerationRequest request, std::shared_ptr<RequestStream> stream);
@@ -135,7 +139,8 @@ class Engine {
   // off. Import checks the bytes (INVALID_ARGUMENT when corrupted or
   // malformed, FAILED_PRECONDITION for a state of another model) and the
   // state against the model (layout, position, token ids), and returns the
-  // session's position. Session ids are scoped to their owner (the caller,
+  // session's position; RESOURCE_EXHAUSTED where the session does not fit
+  // its caller's share of the session memory. Session ids are scoped to their owner (the caller,
   // GenerationRequest::owner): one caller cannot reach another's session.
   absl::Status DeleteSession(const std::string& session_id, const std::string& owner = "");
   absl::StatusOr<ExportedSession> ExportSession(const std::string& session_id,

@@ -114,8 +114,13 @@ std::string SessionStore::PathOf(const std::string& file_key) const {
 }
 
 void SessionStore::AddBytesLocked(const Record& record, int64_t sign) {
+  const int64_t bytes = record.content.bytes();
   stats_.sessions += sign;
-  stats_.bytes += sign * record.content.bytes();
+  stats_.bytes += sign * bytes;
+  if (record.owner.empty() || options_.max_bytes_per_caller <= 0) return;
+  auto held = caller_bytes_.try_emplace(record.owner, 0).first;
+  held->second += sign * bytes;
+  if (held->second == 0) caller_bytes_.erase(held);
 }
 
 void SessionStore::Touch(Lru::iterator record, absl::Time now) {
@@ -157,7 +162,9 @@ absl::StatusOr<std::optional<decoding::EncodedState>> SessionStore::ClaimFileLoc
   return std::optional<decoding::EncodedState>(*std::move(decoded));
 }
 
-absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::string& id) {
+absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::string& id,
+                                                                     const std::string& owner,
+                                                                     bool* loaded) {
   if (auto it = index_.find(id); it != index_.end()) return it->second;
   if (options_.spill_dir.empty()) return lru_.end();
   // Back from the folder: a file this store spilled, or one another replica
@@ -178,12 +185,14 @@ absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindLocked(const std::
   if (!claimed->has_value()) return lru_.end();
   Record record;
   record.id = id;
+  record.owner = owner;
   record.content.state = std::make_shared<const StateSnapshot>(std::move((*claimed)->snapshot));
   record.content.tokens = std::move((*claimed)->tokens);
   record.last_used = last_used;
   lru_.push_front(std::move(record));
   index_[id] = lru_.begin();
   AddBytesLocked(lru_.front(), +1);
+  if (loaded != nullptr) *loaded = true;
   return lru_.begin();
 }
 
@@ -307,27 +316,83 @@ void SessionStore::BalanceLocked() {
       }
     }
     if (victim == lru_.end()) return;
-    const bool spilled = !options_.spill_dir.empty() && WriteLocked(*victim).ok();
-    if (!spilled) {
-      ForgetLocked(FileKey(victim->id));
-      ++stats_.evicted;
-    }
-    AddBytesLocked(*victim, -1);
-    index_.erase(victim->id);
-    lru_.erase(victim);
+    EvictLocked(victim);
   }
 }
 
-absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Time now,
-                                                 bool create) {
+void SessionStore::EvictLocked(Lru::iterator victim) {
+  const bool spilled = !options_.spill_dir.empty() && WriteLocked(*victim).ok();
+  if (!spilled) {
+    ForgetLocked(FileKey(victim->id));
+    ++stats_.evicted;
+  }
+  AddBytesLocked(*victim, -1);
+  index_.erase(victim->id);
+  lru_.erase(victim);
+}
+
+absl::Status SessionStore::MakeRoomLocked(const std::string& owner, int64_t session_bytes,
+                                          const Record* keep) {
+  const int64_t share = options_.max_bytes_per_caller;
+  if (owner.empty() || share <= 0) return absl::OkStatus();
+  const auto held_it = caller_bytes_.find(owner);
+  // The caller's other sessions in memory.
+  int64_t held = (held_it != caller_bytes_.end() ? held_it->second : 0) -
+                 (keep != nullptr ? keep->content.bytes() : 0);
+  if (held + session_bytes <= share) return absl::OkStatus();
+  const std::string of_share =
+      absl::StrCat("caller ", owner, "'s share of the session memory (", share, " of ",
+                   options_.max_bytes, " bytes, --caller_session_share)");
+  if (session_bytes > share) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("takes ", session_bytes, " bytes, more than ", of_share));
+  }
+  // What cannot leave: sessions with a request running (a new one has no
+  // state yet, and is running).
+  int64_t pinned = 0;
+  for (const Record& r : lru_) {
+    if (r.owner == owner && &r != keep && (r.busy || r.content.state == nullptr)) {
+      pinned += r.content.bytes();
+    }
+  }
+  if (pinned + session_bytes > share) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("needs ", session_bytes, " bytes of ", of_share, ", and its sessions with a ",
+                     "request running hold ", pinned, "; retry when they end"));
+  }
+  // Least recently used first; `next` stays valid when the one before it
+  // is erased.
+  for (auto next = lru_.end(); held + session_bytes > share && next != lru_.begin();) {
+    const auto r = std::prev(next);
+    if (r->owner != owner || &*r == keep || r->busy || r->content.state == nullptr) {
+      next = r;
+      continue;
+    }
+    held -= r->content.bytes();
+    EvictLocked(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Time now, bool create,
+                                                 const std::string& owner) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
-  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  bool loaded = false;
+  absl::StatusOr<Lru::iterator> found = FindLocked(id, owner, &loaded);
   if (!found.ok()) return found.status();
   Lru::iterator record = *found;
   if (record != lru_.end() && create) {
     return absl::AlreadyExistsError(
         "already exists: continue it without create_session, or delete it first");
+  }
+  if (loaded) {
+    // Back from the folder, it comes into memory within its caller's share,
+    // or goes back.
+    if (absl::Status room = MakeRoomLocked(owner, record->content.bytes(), &*record); !room.ok()) {
+      EvictLocked(record);
+      return room;
+    }
   }
   if (record == lru_.end()) {
     if (!create) {
@@ -343,9 +408,15 @@ absl::StatusOr<SessionState> SessionStore::Begin(const std::string& id, absl::Ti
           "it was never created, was deleted, or was lost with a replica that stopped without "
           "spilling it; start it again with create_session (or import its exported state)");
     }
+    // Its turn fills it with a state: room for one is made now.
+    if (absl::Status room = MakeRoomLocked(owner, options_.new_session_bytes, nullptr);
+        !room.ok()) {
+      return room;
+    }
     dropped_.erase(FileKey(id));
     Record fresh;
     fresh.id = id;
+    fresh.owner = owner;
     lru_.push_front(std::move(fresh));
     record = lru_.begin();
     index_[id] = record;
@@ -388,6 +459,9 @@ void SessionStore::End(const std::string& id, std::optional<SessionState> update
     return;
   }
   Touch(record, now);
+  // Its caller's older idle sessions make room for it; where they cannot,
+  // the turn has run all the same, and the session leaves memory itself.
+  if (!MakeRoomLocked(record->owner, record->content.bytes(), &*record).ok()) EvictLocked(record);
   BalanceLocked();
 }
 
@@ -407,9 +481,11 @@ absl::Status SessionStore::Delete(const std::string& id) {
 }
 
 absl::StatusOr<SessionStore::Lru::iterator> SessionStore::FindHeldLocked(const std::string& id,
-                                                                         absl::Time now) {
+                                                                         absl::Time now,
+                                                                         const std::string& owner,
+                                                                         bool* loaded) {
   ExpireLocked(now);
-  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  absl::StatusOr<Lru::iterator> found = FindLocked(id, owner, loaded);
   if (!found.ok()) return found.status();
   if (*found == lru_.end() || (*found)->content.state == nullptr) {
     return absl::NotFoundError(absl::StrCat("no session ", id));
@@ -425,9 +501,10 @@ absl::StatusOr<ExportedSession> SessionStore::ExportLocked(const Record& record)
                          static_cast<int64_t>(content.tokens.size())};
 }
 
-absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::Time now) {
+absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::Time now,
+                                                   const std::string& owner) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Lru::iterator> found = FindHeldLocked(id, now);
+  absl::StatusOr<Lru::iterator> found = FindHeldLocked(id, now, owner);
   if (!found.ok()) return found.status();
   if ((*found)->busy) {
     return absl::AbortedError(
@@ -440,28 +517,50 @@ absl::StatusOr<ExportedSession> SessionStore::Take(const std::string& id, absl::
   return moved;
 }
 
-absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl::Time now) {
+absl::StatusOr<ExportedSession> SessionStore::Export(const std::string& id, absl::Time now,
+                                                     const std::string& owner) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Lru::iterator> found = FindHeldLocked(id, now);
+  bool loaded = false;
+  absl::StatusOr<Lru::iterator> found = FindHeldLocked(id, now, owner, &loaded);
   if (!found.ok()) return found.status();
-  Touch(*found, now);
-  return ExportLocked(**found);
+  Lru::iterator record = *found;
+  Touch(record, now);
+  absl::StatusOr<ExportedSession> exported = ExportLocked(*record);
+  // Read back from the folder: it stays in memory where its caller's share
+  // has room, and goes back otherwise (an export needs no memory).
+  if (loaded && !MakeRoomLocked(owner, record->content.bytes(), &*record).ok()) {
+    EvictLocked(record);
+  }
+  return exported;
 }
 
 absl::Status SessionStore::Import(const std::string& id, SessionState content, absl::Time now,
-                                  bool moved_in) {
+                                  bool moved_in, const std::string& owner) {
   absl::MutexLock lock(&mu_);
   // A spilled file that cannot be read back is replaced as well.
-  absl::StatusOr<Lru::iterator> found = FindLocked(id);
+  bool loaded = false;
+  absl::StatusOr<Lru::iterator> found = FindLocked(id, owner, &loaded);
   Lru::iterator record = found.ok() ? *found : lru_.end();
-  DropSpilledLocked(id);
   if (record != lru_.end() && record->busy) {
     return absl::FailedPreconditionError(
         absl::StrCat("session ", id, " has a request running; import when it ends"));
   }
+  absl::Status room =
+      MakeRoomLocked(owner, content.bytes(), record != lru_.end() ? &*record : nullptr);
+  if (!room.ok()) {
+    room = absl::Status(room.code(), absl::StrCat("session ", id, " ", room.message()));
+    if (!moved_in) {
+      // Not kept: the client has its bytes. What it would have replaced,
+      // read back from the folder just now, goes back there.
+      if (loaded) EvictLocked(record);
+      return room;
+    }
+  }
+  DropSpilledLocked(id);
   if (record == lru_.end()) {
     Record fresh;
     fresh.id = id;
+    fresh.owner = owner;
     lru_.push_front(std::move(fresh));
     record = lru_.begin();
     index_[id] = record;
@@ -475,8 +574,11 @@ absl::Status SessionStore::Import(const std::string& id, SessionState content, a
   if (moved_in) ++stats_.moved_in;
   QueuePersistLocked(id);
   Touch(record, now);
+  // Moved in from a peer, this store has its only copy: past the caller's
+  // share it leaves memory the way the budget evicts.
+  if (!room.ok()) EvictLocked(record);
   BalanceLocked();
-  return absl::OkStatus();
+  return room;
 }
 
 absl::Status SessionStore::SpillAll() {

@@ -21,6 +21,20 @@
 // sharing the folder exactly one takes it. With SessionOptions::persist a
 // writer thread also writes each session after every turn.
 //
+// Callers: each session belongs to a caller (its owner, the bearer token's
+// name; "" the anonymous caller of a server without tokens). With
+// SessionOptions::max_bytes_per_caller a named caller's sessions hold at
+// most that many bytes of memory, so that one caller's sessions (or its
+// imports) cannot push everyone else's out: a session of that caller that
+// comes into memory or grows (a create, a turn's end, an import, one back
+// from the folder or a peer) first makes room by spilling or dropping that
+// caller's own least recently used idle sessions, never another caller's.
+// Where they cannot make room (the session alone is larger than the share,
+// or the caller's other sessions in memory have requests running) the
+// session is refused with RESOURCE_EXHAUSTED naming the share, or, at a
+// turn's end (which cannot be refused), leaves memory itself. The
+// anonymous caller is bounded by the memory budget alone.
+//
 // Thread-safe. Files are read and written under the store's lock (a
 // session is a few MB at most), except the persist writer's.
 #pragma once
@@ -72,7 +86,12 @@ class SessionStore {
   // held, counted by reason, with a message that says whether it expired
   // or was dropped, or is not held here). FAILED_PRECONDITION while another
   // request of the session runs.
-  absl::StatusOr<SessionState> Begin(const std::string& id, absl::Time now, bool create);
+  // `owner`: the session's caller (see Callers above). RESOURCE_EXHAUSTED
+  // where a new session (SessionOptions::new_session_bytes) or one back
+  // from the folder does not fit the caller's share (it stays in the
+  // folder).
+  absl::StatusOr<SessionState> Begin(const std::string& id, absl::Time now, bool create,
+                                     const std::string& owner = "");
 
   // Whether this store holds `id` in memory or in its folder's index (not
   // a file another replica left there: that is looked up after the peers,
@@ -85,16 +104,22 @@ class SessionStore {
 
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION while a request runs.
   absl::Status Delete(const std::string& id);
-  // The session's bytes (state_encoding.h, signed: Encode).
-  absl::StatusOr<ExportedSession> Export(const std::string& id, absl::Time now);
-  // Creates or replaces session `id` (FAILED_PRECONDITION while a request
-  // of it runs). `moved_in`: it came from a peer (SessionStats::moved_in).
+  // The session's bytes (state_encoding.h, signed: Encode). One read back
+  // from the folder stays in memory where its caller's share has room.
+  absl::StatusOr<ExportedSession> Export(const std::string& id, absl::Time now,
+                                         const std::string& owner = "");
+  // Creates or replaces `owner`'s session `id` (FAILED_PRECONDITION while a
+  // request of it runs). RESOURCE_EXHAUSTED where it does not fit the
+  // caller's share: an import is not kept; one `moved_in` (from a peer,
+  // SessionStats::moved_in: this store has its only copy) is spilled to
+  // the folder, or dropped without one, as the memory budget drops.
   absl::Status Import(const std::string& id, SessionState content, absl::Time now,
-                      bool moved_in = false);
+                      bool moved_in = false, const std::string& owner = "");
   // Moves session `id` out to a peer: its bytes, and this store forgets it
   // (memory, folder). NOT_FOUND where it is not held, ABORTED while a
   // request of it runs (the taker retries).
-  absl::StatusOr<ExportedSession> Take(const std::string& id, absl::Time now);
+  absl::StatusOr<ExportedSession> Take(const std::string& id, absl::Time now,
+                                       const std::string& owner = "");
   // A turn's session was held by a peer that could not hand it over.
   void CountPeerUnavailable();
 
@@ -109,6 +134,7 @@ class SessionStore {
  private:
   struct Record {
     std::string id;
+    std::string owner;  // its caller; "" the anonymous one
     SessionState content;
     bool busy = false;
     absl::Time last_used;
@@ -124,9 +150,10 @@ class SessionStore {
   absl::StatusOr<std::string> Encode(const decoding::EncodedState& state) const;
   absl::StatusOr<decoding::EncodedState> Decode(std::string_view bytes) const;
   std::string PathOf(const std::string& file_key) const;
-  // The record of `id`, loaded back from the spill folder if it is there;
-  // end() if unknown.
-  absl::StatusOr<Lru::iterator> FindLocked(const std::string& id)
+  // The record of `id`, loaded back from the spill folder if it is there
+  // (as `owner`'s; then *loaded is set where given); end() if unknown.
+  absl::StatusOr<Lru::iterator> FindLocked(const std::string& id, const std::string& owner,
+                                           bool* loaded = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Lru::iterator record, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Remembers it as dropped.
@@ -144,7 +171,8 @@ class SessionStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the expired sessions, then the record of `id` if it holds a
   // state (FindLocked); NOT_FOUND otherwise.
-  absl::StatusOr<Lru::iterator> FindHeldLocked(const std::string& id, absl::Time now)
+  absl::StatusOr<Lru::iterator> FindHeldLocked(const std::string& id, absl::Time now,
+                                               const std::string& owner, bool* loaded = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Its bytes (Encode) with its position and token count.
   absl::StatusOr<ExportedSession> ExportLocked(const Record& record) const
@@ -157,6 +185,17 @@ class SessionStore {
   bool PersistWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Spills or drops idle sessions until memory is under the budget.
   void BalanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room in `owner`'s share of the memory (max_bytes_per_caller) for
+  // one of its sessions of `session_bytes`; `keep`, where that session is
+  // in memory already, counts as that size and stays. Spills or drops the
+  // caller's other idle sessions, least recently used first, and no one
+  // else's. RESOURCE_EXHAUSTED naming the share, with nothing evicted,
+  // where they cannot make room. OK at once for the anonymous caller.
+  absl::Status MakeRoomLocked(const std::string& owner, int64_t session_bytes, const Record* keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes an idle session out of memory: to the spill folder, or (without
+  // one, or where the write fails) dropped and remembered as dropped.
+  void EvictLocked(Lru::iterator victim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteLocked(const Record& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddBytesLocked(const Record& record, int64_t sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -169,6 +208,9 @@ class SessionStore {
   mutable absl::Mutex mu_;
   Lru lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
   std::unordered_map<std::string, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
+  // Bytes in memory of each named caller with sessions there, kept where
+  // max_bytes_per_caller bounds them.
+  std::unordered_map<std::string, int64_t> caller_bytes_ ABSL_GUARDED_BY(mu_);
   // Spilled sessions: FileKey(id) -> (file bytes, last use).
   std::unordered_map<std::string, std::pair<int64_t, absl::Time>> spilled_ ABSL_GUARDED_BY(mu_);
   // FileKey(id) of dropped sessions, oldest first in dropped_order_.

@@ -51,6 +51,18 @@ struct SessionOptions {
   // The deployment's key for the states it writes and reads
   // (state_signature.h); empty = states are not signed.
   std::string signing_key;
+  // Fairness between callers (a session's owner, a token's name): a named
+  // caller's sessions hold at most this many of max_bytes in memory; past
+  // it the caller's own least recently used idle sessions leave memory,
+  // and a session that cannot fit is refused (session_store.h). The
+  // anonymous caller ("": every client of a server without tokens) is not
+  // bounded. 0 = no bound.
+  int64_t max_bytes_per_caller = 0;
+  // One session's state (the model's state bytes per sequence): room for it
+  // in its caller's share is made when a session is created, so that a
+  // state larger than the share is refused then, not dropped after its
+  // first turn. 0: its room is made when its first turn ends.
+  int64_t new_session_bytes = 0;
 };
 
 struct SessionStats {
@@ -59,7 +71,7 @@ struct SessionStats {
   int64_t spilled_sessions = 0;
   int64_t spilled_bytes = 0;
   int64_t expired = 0;    // dropped for their TTL
-  int64_t evicted = 0;    // dropped for the memory budget (no spill folder)
+  int64_t evicted = 0;    // dropped for the memory budget or a caller's share (no spill folder)
   int64_t moved_in = 0;   // taken from a peer replica (TakeSession)
   int64_t moved_out = 0;  // given to a peer replica
   int64_t persisted = 0;  // files written after a turn (SessionOptions::persist)

@@ -1,5 +1,6 @@
 #include "server/service/inference_service.h"
 
+#include <cstdint>
 #include <deque>
 #include <list>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "server/logging/user_text.h"
 #include "server/service/generation_rpc.h"
 #include "server/service/open_inference.h"
+#include "server/service/unparsable_request.h"
 
 namespace performer::server {
 namespace {
@@ -87,9 +89,10 @@ class InferenceService::UnaryInfer final : public UnaryGenerator {
 // ModelStreamInfer (see the header for what is sent). One lock orders
 // gRPC's reactions and the engine's notifications; the requests of the
 // stream are served round-robin, one write at a time, so that no response is
-// queued beyond the generations' own bounded buffers.
+// queued beyond the generations' own bounded buffers. Messages travel as
+// bytes: Parse() reads each request, Write() serializes each response.
 class InferenceService::StreamInfer final
-    : public grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamInfer(InferenceService& service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
@@ -102,7 +105,7 @@ class InferenceService::StreamInfer final
     reading_ = false;
     if (!ok) {
       reads_done_ = true;
-    } else if (!stopping_) {
+    } else if (!stopping_ && Parse()) {
       Begin(request_);
       ReadNext();
     }
@@ -145,7 +148,27 @@ class InferenceService::StreamInfer final
     const size_t pending = running_.size() + errors_.size();
     if (reading_ || reads_done_ || stopping_ || pending >= kMaxStreamRequests) return;
     reading_ = true;
-    StartRead(&request_);
+    StartRead(&request_bytes_);
+  }
+
+  // Parses the message just read into request_. One that does not parse
+  // ends the stream: nothing more is read, the requests before it are
+  // answered, then the call finishes with its INVALID_ARGUMENT; the
+  // observers hear of it as one refused request of the stream, with no
+  // model, as of an unparsable unary request (unparsable_request.h).
+  bool Parse() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
+    ++requests_read_;
+    if (grpc::SerializationTraits<ModelInferRequest>::Deserialize(&request_bytes_, &request_)
+            .ok()) {
+      return true;
+    }
+    RpcScope scope(service_.options_.observers, "ModelStreamInfer", kKServeV2Protocol, context_);
+    end_status_ = UnparsableRequestStatus(
+        absl::StrCat("request ", requests_read_, " of the ModelStreamInfer stream"),
+        "inference.ModelInferRequest");
+    scope.End(scope.Sent(end_status_));
+    reads_done_ = true;
+    return false;
   }
 
   // Starts one request, or queues the error that answers it.
@@ -255,20 +278,32 @@ class InferenceService::StreamInfer final
     (*out->mutable_parameters())["triton_final_response"].set_bool_param(final);
   }
 
+  // Sends response_. One that does not serialize (protobuf's limit is
+  // 2 GiB) ends the stream with that error.
   void Write() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
+    // The buffer of the previous write is still held; serializing needs an
+    // empty one.
+    response_bytes_.Clear();
+    bool own_buffer = false;
+    const grpc::Status status = grpc::SerializationTraits<ModelStreamInferResponse>::Serialize(
+        response_, &response_bytes_, &own_buffer);
+    if (!status.ok()) {
+      end_status_ = status;
+      Stop();
+      MaybeFinish();
+      return;
+    }
     writing_ = true;
-    StartWrite(&response_);
+    StartWrite(&response_bytes_);
   }
 
   void MaybeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_.mu()) {
     if (finished_ || writing_ || !running_.empty() || !errors_.empty()) return;
-    if (stopping_) {
-      finished_ = true;
-      Finish(CancelledStatus(context_));
-    } else if (reads_done_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
-    }
+    if (!stopping_ && !reads_done_) return;
+    finished_ = true;
+    // Stopped without an error of its own, the call was cancelled or its
+    // client went away.
+    Finish(stopping_ && end_status_.ok() ? CancelledStatus(context_) : end_status_);
   }
 
   InferenceService& service_;
@@ -277,10 +312,20 @@ class InferenceService::StreamInfer final
   std::list<std::unique_ptr<Generation>> running_ ABSL_GUARDED_BY(guard_.mu());
   // Answers to refused requests, not yet sent.
   std::deque<ModelStreamInferResponse> errors_ ABSL_GUARDED_BY(guard_.mu());
+  grpc::ByteBuffer request_bytes_ ABSL_GUARDED_BY(guard_.mu());
   ModelInferRequest request_ ABSL_GUARDED_BY(guard_.mu());
+  // Request messages read so far, one that does not parse included.
+  int64_t requests_read_ ABSL_GUARDED_BY(guard_.mu()) = 0;
   ModelStreamInferResponse response_ ABSL_GUARDED_BY(guard_.mu());
+  // response_ serialized, held until its write is done.
+  grpc::ByteBuffer response_bytes_ ABSL_GUARDED_BY(guard_.mu());
+  // What the call finishes with once its requests are answered: OK, or the
+  // error that ended the stream early (a request that does not parse, a
+  // response that does not serialize).
+  grpc::Status end_status_ ABSL_GUARDED_BY(guard_.mu());
   bool reading_ ABSL_GUARDED_BY(guard_.mu()) = false;
-  // The client half-closed (or the call ended).
+  // Nothing more is read: the client half-closed, the call ended or a
+  // request did not parse.
   bool reads_done_ ABSL_GUARDED_BY(guard_.mu()) = false;
   bool writing_ ABSL_GUARDED_BY(guard_.mu()) = false;
   // Cancelled, or the client went away.
@@ -376,8 +421,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   return infer;
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
   return new StreamInfer(*this, context);
 }
 

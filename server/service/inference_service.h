@@ -15,8 +15,14 @@
 // whose error_message is "<gRPC code name>: <message>" and whose
 // infer_response carries its id; the stream stays open. At most
 // kMaxStreamRequests requests of one stream run at a time; the server reads
-// the next request once one of them has finished.
+// the next request once one of them has finished. A message that does not
+// parse as a ModelInferRequest ends the stream: nothing after it is read,
+// the requests before it are answered, then the call ends INVALID_ARGUMENT
+// naming the message's place on the stream; the observers count it as one
+// refused request (as unparsable_request.h does for the other methods).
 #pragma once
+
+#include <grpcpp/support/byte_buffer.h>
 
 #include <atomic>
 
@@ -27,7 +33,19 @@
 
 namespace performer::server {
 
-class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+namespace inference_service_internal {
+using Grpc = inference::GRPCInferenceService;
+// The service on gRPC's callback API, with ModelStreamInfer's messages as
+// bytes both ways: gRPC reports a typed stream message that does not parse
+// exactly as it reports the client's half-close, so the stream's reactor
+// parses each request itself.
+using CallbackService = Grpc::WithCallbackMethod_ServerLive<Grpc::WithCallbackMethod_ServerReady<
+    Grpc::WithCallbackMethod_ModelReady<Grpc::WithCallbackMethod_ServerMetadata<
+        Grpc::WithCallbackMethod_ModelMetadata<Grpc::WithCallbackMethod_ModelInfer<
+            Grpc::WithRawCallbackMethod_ModelStreamInfer<Grpc::Service>>>>>>>;
+}  // namespace inference_service_internal
+
+class InferenceService final : public inference_service_internal::CallbackService {
  public:
   static constexpr int kMaxStreamRequests = 64;
 
@@ -56,8 +74,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  // Reads inference::ModelInferRequest and writes
+  // inference::ModelStreamInferResponse, serialized.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
 
  private:
   class UnaryInfer;

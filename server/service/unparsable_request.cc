@@ -32,12 +32,9 @@ class UnparsableRequestInterceptor : public grpc::experimental::Interceptor {
         methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const std::string_view full = info_->method();
       const std::string_view method = full.substr(full.rfind('/') + 1);
-      status_ = grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("the request message of ", absl::string_view(method.data(), method.size()),
-                       " does not parse as its protobuf type: a field has the wrong wire type "
-                       "or length, or a string field holds bytes that are not UTF-8 (protobuf "
-                       "strings must be valid UTF-8; send bytes as token ids)"));
+      status_ = UnparsableRequestStatus(
+          absl::StrCat("the request message of ", absl::string_view(method.data(), method.size())),
+          "its protobuf type");
       methods->ModifySendStatus(status_);
     }
     // Reported once the call is closed, when it is known whether the client
@@ -77,6 +74,16 @@ class UnparsableRequestInterceptor : public grpc::experimental::Interceptor {
 };
 
 }  // namespace
+
+grpc::Status UnparsableRequestStatus(std::string_view what, std::string_view type) {
+  return grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      absl::StrCat(absl::string_view(what.data(), what.size()), " does not parse as ",
+                   absl::string_view(type.data(), type.size()),
+                   ": a field has the wrong wire type or length, or a string field holds bytes "
+                   "that are not UTF-8 (protobuf strings must be valid UTF-8; send bytes as "
+                   "token ids)"));
+}
 
 grpc::experimental::Interceptor* UnparsableRequestInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {

@@ -7,18 +7,29 @@
 //
 // It applies to calls whose one request arrives with the call (unary and
 // server-streaming methods, every performer.v1 method and all but one of
-// the Open Inference Protocol's); a streaming request's messages are read
-// by the service's own reactor.
+// the Open Inference Protocol's). ModelStreamInfer, the one bidirectional
+// stream, reads its messages as bytes and parses each itself (gRPC reports a
+// stream message that does not parse as the client's half-close): it answers
+// one that does not parse with UnparsableRequestStatus and reports it to the
+// same observers (inference_service.h).
 #pragma once
 
 #include <grpcpp/support/server_interceptor.h>
+#include <grpcpp/support/status.h>
 
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "server/observer/rpc_observer.h"
 
 namespace performer::server {
+
+// INVALID_ARGUMENT for a request message that does not parse as `type`;
+// `what` names the message ("the request message of Generate", "request 2
+// of the ModelStreamInfer stream"). The message says what makes protobuf
+// refuse bytes, most often a string field that is not UTF-8.
+grpc::Status UnparsableRequestStatus(std::string_view what, std::string_view type);
 
 class UnparsableRequestInterceptorFactory
     : public grpc::experimental::ServerInterceptorFactoryInterface {

@@ -19,7 +19,7 @@ not:
   examples/                      the core (any layer but kernels/), server/
 
 Inside server/, each folder includes only itself and the folders before it in SERVER_ORDER
-(tokenizer < engine < observer < logging < security < repository < metrics < service); the
+(process < tokenizer < engine < observer < logging < security < repository < metrics < service); the
 program's files directly in server/ may include any of them.
 
 Run: python3 tests/core/layering_test.py (ctest unit.layering).
@@ -64,8 +64,8 @@ EXCEPTIONS = {
 
 
 # server/'s folders, lowest first.
-SERVER_ORDER = ("tokenizer", "engine", "observer", "logging", "security", "repository", "metrics",
-                "service")
+SERVER_ORDER = ("process", "tokenizer", "engine", "observer", "logging", "security", "repository",
+                "metrics", "service")
 
 
 def server_folder(path):

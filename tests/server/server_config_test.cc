@@ -245,7 +245,7 @@ TEST_F(ServerConfigTest, SessionPeersAndPersistAreChecked) {
 }
 
 TEST_F(ServerConfigTest, CallerSharesAreFractionsOfOne) {
-  for (const char* flag : {"caller_slot_share", "caller_queue_share"}) {
+  for (const char* flag : {"caller_slot_share", "caller_queue_share", "caller_session_share"}) {
     for (const char* bad : {"0", "-0.5", "1.5", "nan"}) {
       absl::FlagSaver restore;
       Set(flag, bad);
@@ -255,10 +255,12 @@ TEST_F(ServerConfigTest, CallerSharesAreFractionsOfOne) {
   }
   Set("caller_slot_share", "1");
   Set("caller_queue_share", "0.25");
+  Set("caller_session_share", "0.125");
   const absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->repository.engine.caller_slot_share, 1.0);
   EXPECT_EQ(config->repository.engine.caller_queue_share, 0.25);
+  EXPECT_EQ(config->repository.engine.caller_session_share, 0.125);
 }
 
 TEST_F(ServerConfigTest, HistogramBoundsAreParsed) {

@@ -1,5 +1,6 @@
 """Hostile but fair input to the real server, each a regression test: a
-request that does not parse, an out-of-range --max_message_bytes,
+request that does not parse (alone, or on a ModelStreamInfer stream), an
+out-of-range --max_message_bytes,
 half-open connections to /metrics, and the accuracy of the retry hint a
 refused request gets."""
 
@@ -12,23 +13,17 @@ import unittest
 import grpc
 
 import harness
+import http2_attacks
 from harness import pb
+from inference import grpc_service_pb2 as kserve
 
 DECODER = "lm_causal_default"      # vocab 100, max_seq_len 48, no tokenizer
 ENCODER = "lm_bidir_padmask"       # bidirectional: Embed only
 # A GenerateRequest whose field 2 (model, a string) holds bytes that are not
 # UTF-8: it does not parse as the message type.
 UNPARSABLE = bytes([0x12, 0x02, 0xFF, 0xFE])
-
-
-def http2_frame(kind, flags, stream, payload):
-    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
-            + payload)
-
-
-def hpack_literal(name, value):
-    """A header as an HPACK literal without indexing, new name, no Huffman."""
-    return bytes([0x00, len(name)]) + name + bytes([len(value)]) + value
+# The same for a ModelInferRequest: field 1 (model_name).
+UNPARSABLE_INFER = bytes([0x0A, 0x02, 0xFF, 0xFE])
 
 
 class UnparsableRequestTest(unittest.TestCase):
@@ -63,15 +58,8 @@ class UnparsableRequestTest(unittest.TestCase):
         return grpc.StatusCode.OK, ""
 
     def test_a_call_reset_before_its_message_is_cancelled_not_unparsable(self):
-        headers = b"".join(hpack_literal(n, v) for n, v in (
-            (b":method", b"POST"), (b":scheme", b"http"),
-            (b":path", b"/performer.v1.Generation/Generate"), (b":authority", b"localhost"),
-            (b"content-type", b"application/grpc"), (b"te", b"trailers")))
-        with socket.create_connection(("127.0.0.1", self.server.port), timeout=10) as s:
-            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + http2_frame(4, 0, 0, b"")
-                      + http2_frame(1, 0x4, 1, headers)  # HEADERS, END_HEADERS, no message
-                      + http2_frame(3, 0, 1, (8).to_bytes(4, "big")))  # RST_STREAM CANCEL
-            time.sleep(0.5)
+        # HEADERS, then RST_STREAM CANCEL before any message.
+        self.assertEqual(http2_attacks.reset_flood("127.0.0.1", self.server.port, 1), 1)
         deadline = time.monotonic() + 10
         while True:
             samples = self.server.metrics()
@@ -104,6 +92,46 @@ class UnparsableRequestTest(unittest.TestCase):
         response = self.server.stub.Generate(harness.request(DECODER, [1, 2], max_new_tokens=2),
                                              timeout=30)
         self.assertEqual(len(response.token_ids), 2)
+
+    def test_unparsable_stream_request_ends_the_stream_logged_and_counted(self):
+        # gRPC reports a stream message that does not parse as the client's
+        # half-close; the stream must not end OK with the later requests
+        # silently dropped.
+        def infer_request(request_id):
+            request = kserve.ModelInferRequest(model_name=DECODER, id=request_id)
+            ids = request.inputs.add(name="input_ids", datatype="INT32", shape=[2])
+            ids.contents.int_contents.extend([1, 2])
+            request.parameters["max_tokens"].int64_param = 2
+            return request.SerializeToString()
+
+        call = self.server.channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer", request_serializer=None,
+            response_deserializer=None)
+        responses = []
+        with self.assertRaises(grpc.RpcError) as ended:
+            for raw in call(iter([infer_request("before"), UNPARSABLE_INFER,
+                                  infer_request("after")]), timeout=30):
+                responses.append(kserve.ModelStreamInferResponse.FromString(raw))
+        code, details = ended.exception.code(), ended.exception.details()
+        self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT, details)
+        self.assertIn("request 2 of the ModelStreamInfer stream does not parse", details)
+        self.assertIn("UTF-8", details)
+        # The request before it was answered to its end; none after it.
+        self.assertTrue(responses, "no response to the request before the unparsable one")
+        self.assertEqual([r.error_message for r in responses if r.error_message], [])
+        self.assertEqual({r.infer_response.id for r in responses}, {"before"})
+        self.assertTrue(
+            responses[-1].infer_response.parameters["triton_final_response"].bool_param)
+        deadline = time.monotonic() + 10
+        while True:
+            counted = harness.metric_values(self.server.metrics(), "performer_requests_total",
+                                            method="ModelStreamInfer", protocol="kserve_v2",
+                                            code="INVALID_ARGUMENT", model="")
+            if sum(counted) >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(sum(counted), 1.0, counted)
+        self.assertIn("request 2 of the ModelStreamInfer stream does not parse", self.server.log())
 
     def test_text_is_bounded_before_tokenizing(self):
         long_text = "x" * 65

@@ -22,11 +22,7 @@ HAProxy comes from Debian's haproxy package (tools/install_deps.sh).
 """
 
 import os
-import random
-import shutil
 import signal
-import socket
-import subprocess
 import threading
 import time
 import unittest
@@ -34,11 +30,11 @@ import unittest
 import grpc
 
 import harness
-from harness import pb, pb_grpc
+from harness import pb
+from proxy import Proxy, free_port
 
 MODEL = "performer-fortunes"
 REPO_MODELS = os.path.join(harness.REPO, "models")
-HAPROXY_CFG = os.path.join(harness.REPO, "deploy", "haproxy", "haproxy.cfg")
 CONVERSATIONS = 48
 TURNS = 6
 NEW_TOKENS = 4
@@ -46,87 +42,6 @@ RPC_TIMEOUT_S = 120
 # How long a turn keeps retrying UNAVAILABLE (a draining replica, a peer
 # still finishing the previous turn, the proxy between health checks).
 RETRY_FOR_S = 60
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def haproxy_binary():
-    for path in (shutil.which("haproxy"), "/usr/sbin/haproxy"):
-        if path and os.access(path, os.X_OK):
-            return path
-    raise AssertionError("haproxy is missing: tools/install_deps.sh installs Debian's haproxy")
-
-
-class Proxy:
-    """HAProxy running deploy/haproxy/haproxy.cfg in front of the replicas."""
-
-    def __init__(self, replicas):
-        self.port = free_port()
-        self.workdir = harness.make_temp_dir("haproxy")
-        self.socket_path = os.path.join(self.workdir, "admin.sock")
-        env = dict(os.environ, PERFORMER_PROXY_BIND="127.0.0.1:%d" % self.port,
-                   PERFORMER_PROXY_SOCKET=self.socket_path)
-        for i, address in enumerate(replicas, start=1):
-            env["PERFORMER_R%d" % i] = address
-        self.log_path = os.path.join(self.workdir, "haproxy.log")
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([haproxy_binary(), "-db", "-f", HAPROXY_CFG], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
-        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port)
-        self.stub = pb_grpc.GenerationStub(self.channel)
-
-    def admin(self, command):
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.socket(socket.AF_UNIX) as s:
-                    s.settimeout(10)
-                    s.connect(self.socket_path)
-                    s.sendall((command + "\n").encode())
-                    out = b""
-                    while True:
-                        chunk = s.recv(65536)
-                        if not chunk:
-                            return out.decode()
-                        out += chunk
-            except (FileNotFoundError, ConnectionRefusedError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-
-    def wait_up(self, servers, timeout=60):
-        """Until every named server is UP in HAProxy (its health check passed)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            state = self.admin("show stat")
-            up = {line.split(",")[1] for line in state.splitlines()
-                  if line.startswith("performer,") and ",UP," in line}
-            if set(servers) <= up:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError("HAProxy servers %s not UP in %d s:\n%s\n%s"
-                                     % (servers, timeout, state, self.log()))
-            time.sleep(0.2)
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")[-4000:]
-
-    def stop(self):
-        self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
 
 
 def message(conversation, turn):

@@ -1,6 +1,6 @@
 // Sessions' bookkeeping: one request at a time, what a turn leaves, the TTL,
 // the memory budget with and without a spill folder, hand-off through the
-// folder, and export / import.
+// folder, export / import, and each caller's share of the memory.
 #include "server/engine/session_store.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "tests/testing/remove_tree.h"
 
@@ -232,6 +233,192 @@ TEST(SessionStoreTest, TheLongestIdsSpillAndComeBack) {
   absl::StatusOr<SessionState> back = next.Begin(id, now, false);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state->position, 3);
+}
+
+// The store's key of `owner`'s session `id`, as the engine makes it.
+std::string Key(const std::string& owner, const std::string& id) { return owner + "/" + id; }
+
+// A new session of `owner` whose first turn leaves `content`.
+void Create(SessionStore& store, const std::string& owner, const std::string& id,
+            SessionState content = Content(2)) {
+  ASSERT_TRUE(store.Begin(Key(owner, id), kStart, true, owner).ok()) << owner << " " << id;
+  store.End(Key(owner, id), std::move(content), kStart);
+}
+
+// Whether a turn of `owner`'s session `id` begins (it then ends, keeping
+// its content).
+bool Continues(SessionStore& store, const std::string& owner, const std::string& id) {
+  const bool held = store.Begin(Key(owner, id), kStart, false, owner).ok();
+  if (held) store.End(Key(owner, id), std::nullopt, kStart);
+  return held;
+}
+
+// One caller filling its share makes room from its own least recently
+// used sessions: bob's, the least recently used of all, stays.
+TEST(SessionStoreTest, ACallerPastItsShareEvictsOnlyItsOwnSessions) {
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(10 * one);
+  options.max_bytes_per_caller = 2 * one;
+  SessionStore store(options);
+  Create(store, "bob", "1");
+  for (const char* id : {"1", "2", "3"}) Create(store, "alice", id);
+  const SessionStats stats = StatsAt(store, kStart);
+  EXPECT_EQ(stats.sessions, 3);
+  EXPECT_EQ(stats.evicted, 1);
+  EXPECT_TRUE(Continues(store, "bob", "1"));
+  EXPECT_EQ(store.Begin(Key("alice", "1"), kStart, false, "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Continues(store, "alice", "2"));
+  EXPECT_TRUE(Continues(store, "alice", "3"));
+  // An import of alice's makes room the same way: her least recently used
+  // session ("2") goes, bob's stays.
+  ASSERT_TRUE(store.Import(Key("alice", "4"), Content(2), kStart, false, "alice").ok());
+  EXPECT_FALSE(Continues(store, "alice", "2"));
+  EXPECT_TRUE(Continues(store, "alice", "3"));
+  EXPECT_TRUE(Continues(store, "bob", "1"));
+}
+
+// With a spill folder a caller's own sessions spill, and one coming back
+// makes room from that caller's sessions again.
+TEST(SessionStoreTest, ACallersSessionsPastItsShareSpillAndComeBackWithinIt) {
+  TempDir dir;
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(10 * one, dir.path());
+  options.max_bytes_per_caller = 2 * one;
+  SessionStore store(options);
+  Create(store, "bob", "1");
+  for (const char* id : {"1", "2", "3"}) Create(store, "alice", id);
+  SessionStats stats = StatsAt(store, kStart);
+  EXPECT_EQ(stats.sessions, 3);
+  EXPECT_EQ(stats.spilled_sessions, 1);
+  EXPECT_EQ(stats.evicted, 0);
+  absl::StatusOr<SessionState> back = store.Begin(Key("alice", "1"), kStart, false, "alice");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->state->position, 2);
+  store.End(Key("alice", "1"), std::nullopt, kStart);
+  stats = StatsAt(store, kStart);
+  EXPECT_EQ(stats.sessions, 3);          // bob's, alice's "3" and "1"
+  EXPECT_EQ(stats.spilled_sessions, 1);  // alice's "2"
+  EXPECT_TRUE(Continues(store, "bob", "1"));
+}
+
+// A session that cannot fit its caller's share, whatever that caller
+// evicts, is refused with RESOURCE_EXHAUSTED naming the share; at a turn's
+// end, which cannot be refused, it leaves memory.
+TEST(SessionStoreTest, ASessionLargerThanItsCallersShareIsRefused) {
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(10 * one);
+  options.max_bytes_per_caller = one - 1;
+  SessionStore store(options);
+  const absl::Status imported =
+      store.Import(Key("alice", "big"), Content(2), kStart, false, "alice");
+  EXPECT_EQ(imported.code(), absl::StatusCode::kResourceExhausted) << imported;
+  EXPECT_NE(imported.message().find("caller alice's share"), std::string::npos) << imported;
+  EXPECT_NE(imported.message().find("--caller_session_share"), std::string::npos) << imported;
+  EXPECT_EQ(StatsAt(store, kStart).sessions, 0);
+  EXPECT_FALSE(store.Holds(Key("alice", "big")));
+  // A turn that grows a new session past the share: it is dropped.
+  ASSERT_TRUE(store.Begin(Key("alice", "grown"), kStart, true, "alice").ok());
+  store.End(Key("alice", "grown"), Content(2), kStart);
+  EXPECT_EQ(StatsAt(store, kStart).sessions, 0);
+  EXPECT_EQ(StatsAt(store, kStart).evicted, 1);
+  EXPECT_EQ(store.Begin(Key("alice", "grown"), kStart, false, "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  // Knowing a new session's state bytes, the store refuses it at its creation.
+  options.new_session_bytes = one;
+  SessionStore knowing(options);
+  const absl::Status created = knowing.Begin(Key("alice", "new"), kStart, true, "alice").status();
+  EXPECT_EQ(created.code(), absl::StatusCode::kResourceExhausted) << created;
+  EXPECT_EQ(StatsAt(knowing, kStart).sessions, 0);
+  // A session of exactly the share fits.
+  options.max_bytes_per_caller = one;
+  SessionStore fits(options);
+  EXPECT_TRUE(fits.Begin(Key("bob", "new"), kStart, true, "bob").ok());
+}
+
+// A caller whose sessions in memory all have a turn running cannot make
+// room: RESOURCE_EXHAUSTED until they end, then its least recently used
+// one goes.
+TEST(SessionStoreTest, ACallerWhoseSessionsAreAllRunningIsRefusedUntilTheyEnd) {
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(10 * one);
+  options.max_bytes_per_caller = 2 * one;
+  SessionStore store(options);
+  Create(store, "alice", "1");
+  Create(store, "alice", "2");
+  ASSERT_TRUE(store.Begin(Key("alice", "1"), kStart, false, "alice").ok());
+  ASSERT_TRUE(store.Begin(Key("alice", "2"), kStart, false, "alice").ok());
+  const absl::Status refused = store.Import(Key("alice", "3"), Content(2), kStart, false, "alice");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("--caller_session_share"), std::string::npos) << refused;
+  EXPECT_FALSE(store.Holds(Key("alice", "3")));
+  store.End(Key("alice", "1"), std::nullopt, kStart);
+  store.End(Key("alice", "2"), std::nullopt, kStart);
+  ASSERT_TRUE(store.Import(Key("alice", "3"), Content(2), kStart, false, "alice").ok());
+  EXPECT_FALSE(store.Holds(Key("alice", "1")));
+  EXPECT_TRUE(store.Holds(Key("alice", "2")));
+  EXPECT_TRUE(store.Holds(Key("alice", "3")));
+}
+
+// A session moved in from a peer has no other copy: refused for the
+// share, it is kept in the spill folder, and comes back once there is room.
+TEST(SessionStoreTest, AMovedInSessionPastItsCallersShareWaitsInTheFolder) {
+  TempDir dir;
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(10 * one, dir.path());
+  options.max_bytes_per_caller = 2 * one;
+  SessionStore store(options);
+  Create(store, "alice", "1");
+  ASSERT_TRUE(store.Begin(Key("alice", "1"), kStart, false, "alice").ok());
+  const absl::Status moved =
+      store.Import(Key("alice", "2"), Content(3), kStart, /*moved_in=*/true, "alice");
+  EXPECT_EQ(moved.code(), absl::StatusCode::kResourceExhausted) << moved;
+  EXPECT_TRUE(store.Holds(Key("alice", "2")));
+  EXPECT_EQ(StatsAt(store, kStart).spilled_sessions, 1);
+  // While alice's other turn runs, a turn of it is refused; it stays there.
+  EXPECT_EQ(store.Begin(Key("alice", "2"), kStart, false, "alice").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(StatsAt(store, kStart).spilled_sessions, 1);
+  store.End(Key("alice", "1"), std::nullopt, kStart);
+  absl::StatusOr<SessionState> back = store.Begin(Key("alice", "2"), kStart, false, "alice");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->state->position, 3);
+}
+
+// The anonymous caller (a server without tokens) is every client at once:
+// the budget alone bounds it.
+TEST(SessionStoreTest, TheAnonymousCallerIsNotBoundedByTheShare) {
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(10 * one);
+  options.max_bytes_per_caller = one;
+  options.new_session_bytes = one;
+  SessionStore store(options);
+  for (const char* id : {"1", "2", "3"}) {
+    ASSERT_TRUE(store.Begin(id, kStart, true, "").ok());
+    store.End(id, Content(2), kStart);
+  }
+  ASSERT_TRUE(store.Import("4", Content(2), kStart, false, "").ok());
+  const SessionStats stats = StatsAt(store, kStart);
+  EXPECT_EQ(stats.sessions, 4);
+  EXPECT_EQ(stats.evicted, 0);
+}
+
+// No per-caller bound (a share of 1): the budget's least recently used
+// session goes, whoever holds it, as without callers.
+TEST(SessionStoreTest, WithoutACallerBoundTheBudgetAloneEvicts) {
+  const int64_t one = Content(2).bytes();
+  SessionOptions options = Options(3 * one);
+  options.max_bytes_per_caller = 0;
+  options.new_session_bytes = one;
+  SessionStore store(options);
+  Create(store, "bob", "1");
+  for (const char* id : {"1", "2", "3"}) Create(store, "alice", id);
+  const SessionStats stats = StatsAt(store, kStart);
+  EXPECT_EQ(stats.sessions, 3);
+  EXPECT_EQ(stats.evicted, 1);
+  EXPECT_EQ(store.Begin(Key("bob", "1"), kStart, false, "bob").status().code(),
+            absl::StatusCode::kNotFound);
+  for (const char* id : {"1", "2", "3"}) EXPECT_TRUE(Continues(store, "alice", id)) << id;
 }
 
 }  // namespace

@@ -209,6 +209,49 @@ TEST_F(StateReuseTest, SessionsAreScopedToTheirOwner) {
   EXPECT_EQ(engine->Stats().sessions.sessions, 2);
 }
 
+// --caller_session_share reaches the store: a named caller's sessions
+// make room from its own (bob's stays), a share smaller than one state
+// refuses a named caller's new session, and a share of 1 or the anonymous
+// caller is not bounded.
+TEST_F(StateReuseTest, ACallersSessionsStayWithinItsShareOfTheSessionMemory) {
+  auto turn = [](const std::string& owner, const std::string& id) {
+    GenerationRequest r = Request(owner + id, Bytes("Knock knock.\n"), 8);
+    r.session_id = id;
+    r.owner = owner;
+    r.create_session = true;
+    return r;
+  };
+  // One session's bytes, as this model's sessions take them.
+  std::unique_ptr<Engine> probe = MakeEngine(CacheOff());
+  ASSERT_TRUE(RunToEnd(*probe, turn("", "s")).summary.status.ok());
+  const int64_t one = probe->Stats().sessions.bytes;
+  ASSERT_GT(one, 0);
+
+  EngineOptions options = CacheOff();
+  options.sessions.max_bytes = 5 * one;
+  options.caller_session_share = 0.5;  // two and a half sessions
+  std::unique_ptr<Engine> engine = MakeEngine(options);
+  ASSERT_TRUE(RunToEnd(*engine, turn("bob", "1")).summary.status.ok());
+  for (const char* id : {"1", "2", "3"}) {
+    ASSERT_TRUE(RunToEnd(*engine, turn("alice", id)).summary.status.ok()) << id;
+  }
+  EXPECT_EQ(engine->ExportSession("1", "alice").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine->ExportSession("2", "alice").ok());
+  EXPECT_TRUE(engine->ExportSession("3", "alice").ok());
+  EXPECT_TRUE(engine->ExportSession("1", "bob").ok());
+  EXPECT_EQ(engine->Stats().sessions.evicted, 1);
+
+  options.caller_session_share = 0.1;  // half a session
+  std::unique_ptr<Engine> tight = MakeEngine(options);
+  const absl::Status refused = tight->Submit(turn("alice", "1"), std::make_shared<RequestStream>());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("--caller_session_share"), std::string::npos) << refused;
+  EXPECT_TRUE(RunToEnd(*tight, turn("", "1")).summary.status.ok());
+  options.caller_session_share = 1;
+  std::unique_ptr<Engine> unbounded = MakeEngine(options);
+  EXPECT_TRUE(RunToEnd(*unbounded, turn("alice", "1")).summary.status.ok());
+}
+
 // The engine's thread drops sessions past their TTL while it is idle: no
 // request and no metrics scrape is needed for their memory to come back.
 TEST_F(StateReuseTest, AnIdleEngineDropsExpiredSessions) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -208,6 +210,88 @@ TEST_F(HostileRequestTest, UnparsableRequestIsInvalidArgumentAndObserved) {
   }
   ExpectObserved("Generate", absl::StatusCode::kInvalidArgument);
   ExpectObserved("ModelInfer", absl::StatusCode::kInvalidArgument);
+}
+
+// On ModelStreamInfer, a message that does not parse is told apart from the
+// client's half-close (gRPC reports both alike to a typed reactor): the
+// request before it is answered, then the stream ends INVALID_ARGUMENT
+// naming it, nothing after it is served, and it is reported like any
+// refused call.
+TEST_F(HostileRequestTest, UnparsableStreamRequestEndsTheStreamAndIsObserved) {
+  inference::ModelInferRequest valid;
+  valid.set_model_name(kDefaultModel);
+  valid.set_id("before");
+  auto* input = valid.add_inputs();
+  input->set_name("text_input");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents("hi");
+  (*valid.mutable_parameters())["max_tokens"].set_int64_param(2);
+  std::vector<std::string> messages = {valid.SerializeAsString()};
+  // Field 1 (model_name), length-delimited, 2 bytes that are not UTF-8.
+  messages.push_back(std::string{0x0a, 0x02, static_cast<char>(0xff), static_cast<char>(0xfe)});
+  valid.set_id("after");
+  messages.push_back(valid.SerializeAsString());
+
+  auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::CompletionQueue queue;
+  std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+  // Starts one operation and waits for it; whether it succeeded.
+  intptr_t last_tag = 0;
+  auto run = [&queue, &last_tag](const std::function<void(void*)>& start) {
+    void* tag = reinterpret_cast<void*>(++last_tag);
+    start(tag);
+    void* done = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(queue.Next(&done, &ok));
+    EXPECT_EQ(done, tag);
+    return ok;
+  };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = generic.PrepareCall(
+      context.get(), "/inference.GRPCInferenceService/ModelStreamInfer", &queue);
+  EXPECT_TRUE(run([&call](void* tag) { call->StartCall(tag); }));
+  for (const std::string& message : messages) {
+    grpc::Slice slice(message);
+    grpc::ByteBuffer buffer(&slice, 1);
+    // The server may have ended the call before the last one: not checked.
+    run([&call, &buffer](void* tag) { call->Write(buffer, tag); });
+  }
+  run([&call](void* tag) { call->WritesDone(tag); });
+  std::vector<inference::ModelStreamInferResponse> responses;
+  grpc::ByteBuffer received;
+  while (run([&call, &received](void* tag) { call->Read(&received, tag); })) {
+    responses.emplace_back();
+    EXPECT_TRUE(grpc::SerializationTraits<inference::ModelStreamInferResponse>::Deserialize(
+                    &received, &responses.back())
+                    .ok());
+  }
+  grpc::Status status;
+  EXPECT_TRUE(run([&call, &status](void* tag) { call->Finish(&status, tag); }));
+  queue.Shutdown();
+  void* ignored_tag = nullptr;
+  bool ignored_ok = false;
+  while (queue.Next(&ignored_tag, &ignored_ok)) {
+  }
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("request 2 of the ModelStreamInfer stream does not parse"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("UTF-8"), std::string::npos) << status.error_message();
+  ASSERT_FALSE(responses.empty());
+  for (const auto& response : responses) {
+    EXPECT_EQ(response.error_message(), "");
+    EXPECT_EQ(response.infer_response().id(), "before");
+  }
+  const auto& last = responses.back().infer_response().parameters();
+  ASSERT_EQ(last.count("triton_final_response"), 1u);
+  EXPECT_TRUE(last.at("triton_final_response").bool_param());
+  ExpectObserved("ModelStreamInfer", absl::StatusCode::kOk);
+  ExpectObserved("ModelStreamInfer", absl::StatusCode::kInvalidArgument);
+  for (const RecordingObserver::End& end : observer_->ends()) {
+    EXPECT_NE(end.request_id, "after") << "a request after the unparsable one was read";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+#include "server/process/heap_release.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+namespace performer::server {
+namespace {
+
+TEST(HeapReleaseTriggerTest, ReleasesOnceFreeBytesGrowPastTheThreshold) {
+  HeapReleaseTrigger trigger(/*threshold_bytes=*/100, /*free_bytes=*/50);
+  EXPECT_FALSE(trigger.Due(150));
+  EXPECT_TRUE(trigger.Due(151));
+  trigger.Released(140);
+  // Freed chunks stay free after a release: the same level is not due again.
+  EXPECT_FALSE(trigger.Due(140));
+  EXPECT_FALSE(trigger.Due(240));
+  EXPECT_TRUE(trigger.Due(241));
+}
+
+TEST(HeapReleaseTriggerTest, CountsGrowthFromTheLowestLevelSinceTheLastRelease) {
+  HeapReleaseTrigger trigger(/*threshold_bytes=*/100, /*free_bytes=*/500);
+  EXPECT_FALSE(trigger.Due(20));  // the free chunks were used again
+  EXPECT_FALSE(trigger.Due(120));
+  EXPECT_TRUE(trigger.Due(121));
+}
+
+// glibc's allocator; a sanitizer replaces it (and its statistics).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PERFORMER_SANITIZED_HEAP 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define PERFORMER_SANITIZED_HEAP 1
+#endif
+
+#if defined(__GLIBC__) && !defined(PERFORMER_SANITIZED_HEAP)
+// Resident bytes of this process.
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t size = 0;
+  size_t resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(ReleaseFreeHeapTest, ReturnsTheFreeChunksPagesToTheSystem) {
+  // Blocks below the allocator's mmap threshold, every other one freed, so
+  // the free ones cannot merge into the top of the heap and stay resident.
+  constexpr size_t kBlock = 64 << 10;
+  constexpr size_t kBlocks = 1024;
+  std::vector<std::unique_ptr<char[]>> blocks;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    blocks.emplace_back(new char[kBlock]);
+    std::fill_n(blocks.back().get(), kBlock, static_cast<char>(i));
+  }
+  for (size_t i = 0; i < kBlocks; i += 2) blocks[i].reset();
+  EXPECT_GE(FreeHeapBytes(), kBlocks / 2 * kBlock);
+  const size_t resident = ResidentBytes();
+  EXPECT_GE(ReleaseFreeHeap(), kBlocks / 2 * kBlock);
+  EXPECT_LE(ResidentBytes() + kBlocks / 4 * kBlock, resident);
+}
+#endif
+
+}  // namespace
+}  // namespace performer::server
