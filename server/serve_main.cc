@@ -250,9 +250,16 @@ absl::StatusOr<std::unique_ptr<SessionPeers>> LoadSessionPeers(const ServerConfi
   performer::server::SessionPeerOptions options;
   options.peers = peers.peers;
   options.timeout = peers.timeout;
+  if (!peers.token_file.empty()) {
+    absl::StatusOr<std::string> token = performer::server::ReadOneToken(peers.token_file);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(),
+                          absl::StrCat("--session_peer_token_file: ", token.status().message()));
+    }
+    options.token = *std::move(token);
+  }
   for (auto [flag, path, target] :
-       {std::make_tuple("--session_peer_token_file", peers.token_file, &options.token),
-        std::make_tuple("--session_peer_ca_file", peers.ca_file, &options.ca_pem),
+       {std::make_tuple("--session_peer_ca_file", peers.ca_file, &options.ca_pem),
         std::make_tuple("--tls_cert_file",
                         peers.ca_file.empty() ? "" : config.security.tls.cert_file,
                         &options.cert_pem),
@@ -264,10 +271,6 @@ absl::StatusOr<std::unique_ptr<SessionPeers>> LoadSessionPeers(const ServerConfi
       return absl::Status(text.status().code(), absl::StrCat(flag, ": ", text.status().message()));
     }
     *target = *std::move(text);
-  }
-  // A token file ends with a newline; the header carries the token alone.
-  while (!options.token.empty() && absl::ascii_isspace(options.token.back())) {
-    options.token.pop_back();
   }
   return std::make_unique<SessionPeers>(std::move(options));
 }

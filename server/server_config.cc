@@ -99,8 +99,8 @@ ABSL_FLAG(std::vector<std::string>, session_peers, {},
           "host:port, or dns:///name:port for every address of a name (a Kubernetes headless "
           "Service). This replica's own address is left out. Empty = sessions do not move in.");
 ABSL_FLAG(std::string, session_peer_token_file, "",
-          "File holding the bearer token presented to peers; where they check tokens, it needs "
-          "the \"peer\" permission.");
+          "File holding the bearer token presented to peers (one token, in the token file's "
+          "syntax); where they check tokens, it needs the \"peer\" permission.");
 ABSL_FLAG(std::string, session_peer_ca_file, "",
           "PEM roots of the peers' certificates: peers are called over TLS (presenting "
           "--tls_cert_file, for mutual TLS, when set). Empty = plaintext.");

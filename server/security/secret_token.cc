@@ -12,7 +12,7 @@ namespace performer::server {
 SecretToken::SecretToken(std::string path, std::string token)
     : path_(std::move(path)), token_(std::move(token)) {}
 
-absl::StatusOr<std::string> SecretToken::Read(const std::string& path) {
+absl::StatusOr<std::string> ReadOneToken(const std::string& path) {
   absl::StatusOr<std::vector<TokenEntry>> entries = ReadTokenFile(path);
   if (!entries.ok()) return entries.status();
   if (entries->size() != 1) {
@@ -23,13 +23,13 @@ absl::StatusOr<std::string> SecretToken::Read(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<SecretToken>> SecretToken::FromFile(const std::string& path) {
-  absl::StatusOr<std::string> token = Read(path);
+  absl::StatusOr<std::string> token = ReadOneToken(path);
   if (!token.ok()) return token.status();
   return std::unique_ptr<SecretToken>(new SecretToken(path, *std::move(token)));
 }
 
 absl::Status SecretToken::Reload() {
-  absl::StatusOr<std::string> token = Read(path_);
+  absl::StatusOr<std::string> token = ReadOneToken(path_);
   if (!token.ok()) return token.status();
   std::lock_guard<std::mutex> lock(mu_);
   token_ = *std::move(token);

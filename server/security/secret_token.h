@@ -15,6 +15,10 @@
 
 namespace performer::server {
 
+// The one token of a file in the bearer-token file's syntax (its name and
+// permissions ignored); INVALID_ARGUMENT unless it holds exactly one.
+absl::StatusOr<std::string> ReadOneToken(const std::string& path);
+
 class SecretToken {
  public:
   static absl::StatusOr<std::unique_ptr<SecretToken>> FromFile(const std::string& path);
@@ -26,7 +30,6 @@ class SecretToken {
 
  private:
   SecretToken(std::string path, std::string token);
-  static absl::StatusOr<std::string> Read(const std::string& path);
 
   const std::string path_;
   mutable std::mutex mu_;

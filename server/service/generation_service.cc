@@ -135,7 +135,7 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
 // session_id; NOT_FOUND / FAILED_PRECONDITION for the model as for
 // generation.
 struct SessionTarget {
-  std::string caller;
+  Caller caller;
   HostedModel* model = nullptr;
 };
 absl::StatusOr<SessionTarget> ResolveSessionTarget(const grpc::CallbackServerContext& context,
@@ -152,7 +152,17 @@ absl::StatusOr<SessionTarget> ResolveSessionTarget(const grpc::CallbackServerCon
   absl::StatusOr<HostedModel*> hosted = GeneratingModel(repository, model);
   if (!hosted.ok()) return hosted.status();
   scope.record().model = (*hosted)->name;
-  return SessionTarget{std::move(caller->name), *hosted};
+  return SessionTarget{*std::move(caller), *hosted};
+}
+
+// A session's bytes as ExportSession and TakeSession answer them.
+void FillSessionState(const HostedModel& model, const std::string& session_id,
+                      ExportedSession exported, v1::SessionState* response) {
+  response->set_model(model.name);
+  response->set_session_id(session_id);
+  response->set_position(exported.position);
+  response->set_tokens(exported.tokens);
+  response->set_data(std::move(exported.data));
 }
 
 }  // namespace
@@ -308,7 +318,7 @@ grpc::ServerUnaryReactor* GenerationService::DeleteSession(
   if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
   return AnswerNow(
       context, scope,
-      ToGrpc(target->model->engine->DeleteSession(request->session_id(), target->caller)));
+      ToGrpc(target->model->engine->DeleteSession(request->session_id(), target->caller.name)));
 }
 
 grpc::ServerUnaryReactor* GenerationService::ExportSession(grpc::CallbackServerContext* context,
@@ -319,13 +329,9 @@ grpc::ServerUnaryReactor* GenerationService::ExportSession(grpc::CallbackServerC
       *context, options_.tokens, repository_, scope, request->model(), request->session_id());
   if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
   absl::StatusOr<ExportedSession> exported =
-      target->model->engine->ExportSession(request->session_id(), target->caller);
+      target->model->engine->ExportSession(request->session_id(), target->caller.name);
   if (!exported.ok()) return AnswerNow(context, scope, ToGrpc(exported.status()));
-  response->set_model(target->model->name);
-  response->set_session_id(request->session_id());
-  response->set_position(exported->position);
-  response->set_tokens(exported->tokens);
-  response->set_data(std::move(exported->data));
+  FillSessionState(*target->model, request->session_id(), *std::move(exported), response);
   return AnswerNow(context, scope, grpc::Status::OK);
 }
 
@@ -337,8 +343,8 @@ grpc::ServerUnaryReactor* GenerationService::ImportSession(grpc::CallbackServerC
       ResolveSessionTarget(*context, options_.tokens, repository_, scope, request->model(),
                            request->session_id(), /*creates=*/true);
   if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
-  absl::StatusOr<int64_t> position =
-      target->model->engine->ImportSession(request->session_id(), request->data(), target->caller);
+  absl::StatusOr<int64_t> position = target->model->engine->ImportSession(
+      request->session_id(), request->data(), target->caller.name);
   if (!position.ok()) return AnswerNow(context, scope, ToGrpc(position.status()));
   response->set_position(*position);
   return AnswerNow(context, scope, grpc::Status::OK);
@@ -352,10 +358,9 @@ grpc::ServerUnaryReactor* GenerationService::TakeSession(grpc::CallbackServerCon
       *context, options_.tokens, repository_, scope, request->model(), request->session_id());
   if (!target.ok()) return AnswerNow(context, scope, ToGrpc(target.status()));
   // Another caller's session only for a peer replica's token.
-  std::string owner = target->caller;
-  if (options_.tokens != nullptr && request->owner() != target->caller) {
-    const absl::StatusOr<Caller> caller = CallerOf(*context, options_.tokens);
-    if (!caller.ok() || !caller->Has(Permission::kPeer)) {
+  std::string owner = target->caller.name;
+  if (options_.tokens != nullptr && request->owner() != owner) {
+    if (!target->caller.Has(Permission::kPeer)) {
       return AnswerNow(context, scope,
                        grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                                     "owner: another caller's session moves only to a peer "
@@ -373,11 +378,7 @@ grpc::ServerUnaryReactor* GenerationService::TakeSession(grpc::CallbackServerCon
   }
   absl::StatusOr<ExportedSession> taken = engine.TakeSession(request->session_id(), owner);
   if (!taken.ok()) return AnswerNow(context, scope, ToGrpc(taken.status()));
-  response->set_model(target->model->name);
-  response->set_session_id(request->session_id());
-  response->set_position(taken->position);
-  response->set_tokens(taken->tokens);
-  response->set_data(std::move(taken->data));
+  FillSessionState(*target->model, request->session_id(), *std::move(taken), response);
   return AnswerNow(context, scope, grpc::Status::OK);
 }
 

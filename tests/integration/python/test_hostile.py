@@ -4,6 +4,7 @@ out-of-range --max_message_bytes,
 half-open connections to /metrics, and the accuracy of the retry hint a
 refused request gets."""
 
+import os
 import socket
 import subprocess
 import threading
@@ -203,6 +204,25 @@ class StartupFlagTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, output)
             self.assertIn("--max_message_bytes", output)
 
+
+    def test_a_peer_token_that_is_no_header_value_is_refused_at_start(self):
+        # The token is sent as a header value, and gRPC aborts the process on
+        # one it refuses: the file is read as a token file (comments, one
+        # token of token characters), and anything else stops the start.
+        repo = harness.ModelRepository("peer_token")
+        repo.add_required(DECODER)
+        token_file = os.path.join(repo.dir, "..", "peer-token")
+        with open(token_file, "wb") as f:
+            f.write(b"# the token presented to peers\npeer-token-\x01-0123456789abcdef\n")
+        proc = subprocess.run(
+            [harness.server_binary(), "--model_repository=%s" % repo.dir, "--port=0",
+             "--host=127.0.0.1", "--metrics_port=-1", "--session_peers=127.0.0.1:1",
+             "--session_peer_token_file=%s" % token_file],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        output = (proc.stdout + proc.stderr).decode(errors="replace")
+        self.assertEqual(proc.returncode, 2, output)
+        self.assertIn("--session_peer_token_file: ", output)
+        self.assertIn("the token has a character outside letters, digits", output)
 
 class RetryHintTest(unittest.TestCase):
     """One slot, no queue, steps slowed to a known pace: a refused request's

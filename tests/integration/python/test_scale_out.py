@@ -278,7 +278,7 @@ class ScaleOutTest(unittest.TestCase):
         peer_token, plain_token = (os.path.join(workdir, n) for n in ("peer", "plain"))
         for path, token in ((peer_token, peer), (plain_token, plain)):
             with open(path, "w") as f:
-                f.write(token + "\n")
+                f.write("# the token this replica presents to its peers\n%s\n" % token)
         ports = [free_port() for _ in range(3)]
         auth = ("--auth_tokens_file=" + tokens,)
         a = harness.Server(REPO_MODELS, ("--port=%d" % ports[0], "--max_batch=4") + auth,
