@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -542,6 +543,28 @@ LinearArgs MakeArgs(const float* x, const float* bias, float* y, int64_t rows, i
   return args;
 }
 
+// The block function of `path` for weights of type T (uint16_t: bf16,
+// int8_t: int8).
+using BlocksFn = void (*)(const LinearArgs&, int64_t, int64_t);
+template <typename T>
+BlocksFn BlocksFor(LinearPath path) {
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+#if PERFORMER_HAVE_AVX512
+  if (path == LinearPath::kAvx512) return kBf16 ? &BlocksAvx512Bf16 : &BlocksAvx512Int8;
+#endif
+#if PERFORMER_SIMD_HAVE_AVX2
+  if (path == LinearPath::kAvx2) return &BlocksAvx2<T>;
+#endif
+  return kBf16 ? &ScalarBf16 : &ScalarInt8;
+}
+
+// Every block of 4 weight rows through `blocks`, split over threads.
+void RunBlocks(const LinearArgs& args, BlocksFn blocks) {
+  const int64_t count = (args.out + kOutBlock - 1) / kOutBlock;
+  at::parallel_for(0, count, GrainInBlocks(args.in),
+                   [&](int64_t begin, int64_t end) { blocks(args, begin, end); });
+}
+
 }  // namespace
 
 const char* LinearPathName(LinearPath path) {
@@ -594,23 +617,7 @@ void LinearBf16(const float* x, const uint16_t* weight, const float* bias, float
     args.x_bf16 = x_bf16.get();
   }
 #endif
-  const int64_t blocks = (out + kOutBlock - 1) / kOutBlock;
-  at::parallel_for(0, blocks, GrainInBlocks(in), [&](int64_t begin, int64_t end) {
-    switch (path) {
-#if PERFORMER_HAVE_AVX512
-      case LinearPath::kAvx512:
-        BlocksAvx512Bf16(args, begin, end);
-        return;
-#endif
-#if PERFORMER_SIMD_HAVE_AVX2
-      case LinearPath::kAvx2:
-        BlocksAvx2<uint16_t>(args, begin, end);
-        return;
-#endif
-      default:
-        ScalarBf16(args, begin, end);
-    }
-  });
+  RunBlocks(args, BlocksFor<uint16_t>(path));
 }
 
 void LinearInt8(const float* x, const int8_t* weight, const float* scales, const float* bias,
@@ -635,23 +642,7 @@ void LinearInt8(const float* x, const int8_t* weight, const float* scales, const
     args.x_scale = x_scale.get();
   }
 #endif
-  const int64_t blocks = (out + kOutBlock - 1) / kOutBlock;
-  at::parallel_for(0, blocks, GrainInBlocks(in), [&](int64_t begin, int64_t end) {
-    switch (path) {
-#if PERFORMER_HAVE_AVX512
-      case LinearPath::kAvx512:
-        BlocksAvx512Int8(args, begin, end);
-        return;
-#endif
-#if PERFORMER_SIMD_HAVE_AVX2
-      case LinearPath::kAvx2:
-        BlocksAvx2<int8_t>(args, begin, end);
-        return;
-#endif
-      default:
-        ScalarInt8(args, begin, end);
-    }
-  });
+  RunBlocks(args, BlocksFor<int8_t>(path));
 }
 
 }  // namespace performer::kernels::cpu

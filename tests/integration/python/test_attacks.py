@@ -40,19 +40,20 @@ def rss_kb(pid):
     raise AssertionError("no VmRSS for pid %d" % pid)
 
 
-class PeakRss(threading.Thread):
-    """Samples a process's resident memory every 20 ms until stopped."""
+class Background(threading.Thread):
+    """Runs tick() every `interval` seconds while the with-block runs."""
 
-    def __init__(self, pid):
+    def __init__(self, interval):
         super().__init__(daemon=True)
-        self.pid = pid
-        self.before = rss_kb(pid)
-        self.peak = self.before
+        self.interval = interval
         self._done = threading.Event()
 
     def run(self):
-        while not self._done.wait(0.02):
-            self.peak = max(self.peak, rss_kb(self.pid))
+        while not self._done.wait(self.interval):
+            self.tick()
+
+    def tick(self):
+        raise NotImplementedError
 
     def __enter__(self):
         self.start()
@@ -61,39 +62,42 @@ class PeakRss(threading.Thread):
     def __exit__(self, *exc):
         self._done.set()
         self.join()
+
+
+class PeakRss(Background):
+    """A process's resident memory, sampled every 20 ms: its peak."""
+
+    def __init__(self, pid):
+        super().__init__(0.02)
+        self.pid = pid
+        self.before = rss_kb(pid)
+        self.peak = self.before
+
+    def tick(self):
+        self.peak = max(self.peak, rss_kb(self.pid))
 
     @property
     def growth(self):
         return self.peak - self.before
 
 
-class Answering(threading.Thread):
-    """A well-behaved client: a short generation every 200 ms until
-    stopped; counts the answers and keeps every failure."""
+class Answering(Background):
+    """A well-behaved client: a short generation every 200 ms; counts the
+    answers and keeps every failure."""
 
     def __init__(self, stub):
-        super().__init__(daemon=True)
+        super().__init__(0.2)
         self.stub = stub
         self.answered = 0
         self.failures = []
-        self._done = threading.Event()
 
-    def run(self):
-        while not self._done.wait(0.2):
-            try:
-                self.stub.Generate(harness.request(MODEL, prompt=b"Q: why?\nA:", max_new_tokens=2,
-                                                   temperature=0.0), timeout=20)
-                self.answered += 1
-            except grpc.RpcError as e:
-                self.failures.append((e.code(), e.details()))
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._done.set()
-        self.join()
+    def tick(self):
+        try:
+            self.stub.Generate(harness.request(MODEL, prompt=b"Q: why?\nA:", max_new_tokens=2,
+                                               temperature=0.0), timeout=20)
+            self.answered += 1
+        except grpc.RpcError as e:
+            self.failures.append((e.code(), e.details()))
 
 
 class ProxiedAttackTest(unittest.TestCase):
