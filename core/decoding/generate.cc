@@ -15,6 +15,7 @@ absl::StatusOr<GenerationResult> Generate(SequenceDecoder& decoder, const Prefil
   if (!id.ok()) return id.status();
   GenerationResult result;
   generation::TokenSampler sampler(params);
+  const generation::StopTokenSet stop_tokens(params.stop_token_ids);
   std::vector<int64_t> context = request.prompt;
   absl::StatusOr<torch::Tensor> logits = decoder.Prefill(*id, request);
   while (logits.ok()) {
@@ -23,9 +24,9 @@ absl::StatusOr<GenerationResult> Generate(SequenceDecoder& decoder, const Prefil
     context.push_back(token);
     result.tokens.push_back(token);
     // The new token would be fed at position context.size() - 1.
-    result.finish =
-        generation::CheckStop(params, token, static_cast<int64_t>(result.tokens.size()),
-                              static_cast<int64_t>(context.size()) - 1, decoder.info().max_seq_len);
+    result.finish = generation::CheckStop(
+        params, stop_tokens, token, static_cast<int64_t>(result.tokens.size()),
+        static_cast<int64_t>(context.size()) - 1, decoder.info().max_seq_len);
     if (result.finish != generation::FinishReason::kNone) break;
     absl::StatusOr<torch::Tensor> next = decoder.Step({*id}, {token});
     if (!next.ok()) {

@@ -5,16 +5,22 @@
 
 namespace performer::generation {
 
-FinishReason CheckStop(const SamplingParams& p, int64_t token, int64_t generated_count,
-                       int64_t sequence_length, int64_t max_seq_len) {
+FinishReason CheckStop(const SamplingParams& p, const StopTokenSet& stop_tokens, int64_t token,
+                       int64_t generated_count, int64_t sequence_length, int64_t max_seq_len) {
   if (p.eos_token_id.has_value() && token == *p.eos_token_id) return FinishReason::kEos;
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-      p.stop_token_ids.end()) {
-    return FinishReason::kStopToken;
-  }
+  if (stop_tokens.Contains(token)) return FinishReason::kStopToken;
   if (generated_count >= p.max_new_tokens) return FinishReason::kLength;
   if (max_seq_len > 0 && sequence_length >= max_seq_len) return FinishReason::kLength;
   return FinishReason::kNone;
+}
+
+StopTokenSet::StopTokenSet(const std::vector<int64_t>& ids) {
+  for (const int64_t id : ids) {
+    if (id < 0) continue;
+    const size_t word = static_cast<size_t>(id) / 64;
+    if (word >= words_.size()) words_.resize(word + 1, 0);
+    words_[word] |= uint64_t{1} << (id % 64);
+  }
 }
 
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stop_strings)

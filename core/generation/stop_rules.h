@@ -22,7 +22,25 @@
 
 namespace performer::generation {
 
+// A request's stop_token_ids as a bitset over the ids: one test per
+// generated token, however many stop tokens the request names (built once
+// per request; the ids' count is bounded by the server, their order kept in
+// the request for its error messages). Negative ids are never generated
+// and are left out.
+class StopTokenSet {
+ public:
+  explicit StopTokenSet(const std::vector<int64_t>& ids);
+  bool Contains(int64_t token) const {
+    const uint64_t t = static_cast<uint64_t>(token);
+    return t / 64 < words_.size() && ((words_[t / 64] >> (t % 64)) & 1) != 0;
+  }
+
+ private:
+  std::vector<uint64_t> words_;
+};
+
 // Decides, after `token` was generated, whether the sequence is finished.
+//   stop_tokens: p.stop_token_ids as a StopTokenSet, built once per request.
 //   generated_count: tokens generated so far, including `token`.
 //   sequence_length: tokens in the sequence, prompt included, including
 //     `token`.
@@ -30,8 +48,8 @@ namespace performer::generation {
 // Precedence when several apply: eos > stop token > length, so the most
 // specific reason is reported (an eos emitted as the last allowed token is
 // still kEos). Returns kNone to continue.
-FinishReason CheckStop(const SamplingParams& p, int64_t token, int64_t generated_count,
-                       int64_t sequence_length, int64_t max_seq_len);
+FinishReason CheckStop(const SamplingParams& p, const StopTokenSet& stop_tokens, int64_t token,
+                       int64_t generated_count, int64_t sequence_length, int64_t max_seq_len);
 
 // Finds stop strings in a text that only grows. Cost per call is
 // proportional to the new text times the number of stop strings, never to

@@ -110,7 +110,7 @@ bool OutputProcessor::EmitOne(ScheduledSequence& s, int64_t token, const float* 
   }
   // The new token would be fed at position context.size() - 1.
   FinishReason reason =
-      generation::CheckStop(s.request.sampling, token, s.generated,
+      generation::CheckStop(s.request.sampling, out.stop_tokens, token, s.generated,
                             static_cast<int64_t>(out.context.size()) - 1, max_seq_len_);
   if (out.text != nullptr) {
     bool stopped = false;

@@ -24,8 +24,10 @@ class Tokenizer;
 // Per sequence: its sampler, its text and the tokens so far (prompt +
 // generated, for the repetition penalty).
 struct SequenceOutput {
-  explicit SequenceOutput(const generation::SamplingParams& params) : sampler(params) {}
+  explicit SequenceOutput(const generation::SamplingParams& params)
+      : sampler(params), stop_tokens(params.stop_token_ids) {}
   generation::TokenSampler sampler;
+  generation::StopTokenSet stop_tokens;
   std::unique_ptr<TextOutput> text;  // null without a tokenizer
   std::vector<int64_t> context;
 };

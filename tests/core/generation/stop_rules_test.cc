@@ -16,6 +16,22 @@ SamplingParams StopRulesParams() {
   return p;
 }
 
+FinishReason Check(int64_t token, int64_t generated_count, int64_t sequence_length,
+                   int64_t max_seq_len) {
+  const SamplingParams p = StopRulesParams();
+  return CheckStop(p, StopTokenSet(p.stop_token_ids), token, generated_count, sequence_length,
+                   max_seq_len);
+}
+
+TEST(StopTokenSetTest, HoldsExactlyItsIds) {
+  const StopTokenSet set({5, 200, 63, 64, 5, -3});
+  for (int64_t id = -70; id < 300; ++id) {
+    EXPECT_EQ(set.Contains(id), id == 5 || id == 200 || id == 63 || id == 64) << id;
+  }
+  EXPECT_FALSE(StopTokenSet({}).Contains(0));
+  EXPECT_FALSE(set.Contains(int64_t{1} << 40));
+}
+
 TEST(StopRulesTest, FinishReasonNames) {
   EXPECT_EQ(FinishReasonName(FinishReason::kNone), "none");
   EXPECT_EQ(FinishReasonName(FinishReason::kEos), "eos");
@@ -28,38 +44,38 @@ TEST(StopRulesTest, FinishReasonNames) {
 }
 
 TEST(StopRulesTest, ContinuesOnOrdinaryToken) {
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 10, 100), FinishReason::kNone);
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 3, 10, 100), FinishReason::kNone);
+  EXPECT_EQ(Check(9, 1, 10, 100), FinishReason::kNone);
+  EXPECT_EQ(Check(9, 3, 10, 100), FinishReason::kNone);
 }
 
 TEST(StopRulesTest, EosWinsOverStopTokenAndLimits) {
   // Token 2 is both eos and a stop token, and it is the last allowed token at
   // the model's max length: eos is reported.
-  EXPECT_EQ(CheckStop(StopRulesParams(), 2, 4, 100, 100), FinishReason::kEos);
+  EXPECT_EQ(Check(2, 4, 100, 100), FinishReason::kEos);
 }
 
 TEST(StopRulesTest, StopTokenWinsOverLimits) {
-  EXPECT_EQ(CheckStop(StopRulesParams(), 7, 1, 10, 100), FinishReason::kStopToken);
-  EXPECT_EQ(CheckStop(StopRulesParams(), 5, 4, 100, 100), FinishReason::kStopToken);
+  EXPECT_EQ(Check(7, 1, 10, 100), FinishReason::kStopToken);
+  EXPECT_EQ(Check(5, 4, 100, 100), FinishReason::kStopToken);
 }
 
 TEST(StopRulesTest, MaxNewTokensEndsWithLength) {
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 4, 10, 100), FinishReason::kLength);
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 4, 100, 100), FinishReason::kLength);
+  EXPECT_EQ(Check(9, 4, 10, 100), FinishReason::kLength);
+  EXPECT_EQ(Check(9, 4, 100, 100), FinishReason::kLength);
 }
 
 TEST(StopRulesTest, MaxSeqLenReached) {
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 99, 100), FinishReason::kNone);
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 100, 100), FinishReason::kLength);
+  EXPECT_EQ(Check(9, 1, 99, 100), FinishReason::kNone);
+  EXPECT_EQ(Check(9, 1, 100, 100), FinishReason::kLength);
   // No limit when max_seq_len <= 0.
-  EXPECT_EQ(CheckStop(StopRulesParams(), 9, 1, 100000, 0), FinishReason::kNone);
+  EXPECT_EQ(Check(9, 1, 100000, 0), FinishReason::kNone);
 }
 
 TEST(StopRulesTest, NoEosConfigured) {
   SamplingParams p = StopRulesParams();
   p.eos_token_id.reset();
   p.stop_token_ids.clear();
-  EXPECT_EQ(CheckStop(p, 2, 1, 10, 100), FinishReason::kNone);
+  EXPECT_EQ(CheckStop(p, StopTokenSet(p.stop_token_ids), 2, 1, 10, 100), FinishReason::kNone);
 }
 
 std::vector<StopStringMatcher::Match> ScanGrowing(StopStringMatcher& matcher,
