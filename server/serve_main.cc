@@ -102,7 +102,8 @@ namespace level = spdlog::level;
 // that never ends (a CONTINUATION flood) is buffered by gRPC 1.51 before the
 // check, which only a proxy in front stops (docs/reliability.md).
 constexpr int kMaxMetadataBytes = 16 * 1024;
-// Free heap above this is returned to the system (process/heap_release.h).
+// Freed heap is returned to the system once the allocator's free bytes have
+// grown by more than this (process/heap_release.h).
 constexpr size_t kHeapReleaseThresholdBytes = size_t{128} << 20;
 
 // grpc.health.v1 names (SetReadiness, LivenessMonitor).
