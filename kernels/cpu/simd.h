@@ -21,6 +21,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PERFORMER_SIMD_HAVE_AVX2 1
 #define PERFORMER_SIMD_TARGET_AVX2 __attribute__((target("avx2,fma")))
@@ -97,6 +101,30 @@ PERFORMER_SIMD_INLINE void Axpy(T alpha, const T* x, T* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+#if PERFORMER_SIMD_HAVE_AVX2
+// The sum of an AVX vector's 8 lanes.
+PERFORMER_SIMD_TARGET_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// Whether the CPU executes AVX2 and FMA (CPUID, read once); false where
+// PERFORMER_SIMD_HAVE_AVX2 is 0.
+inline bool CpuHasAvx2Fma() {
+#if PERFORMER_SIMD_HAVE_AVX2
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 // Set by tests to run the portable instantiations on machines with AVX2, so
 // that both are covered.
 inline std::atomic<bool>& ForcePortableForTesting() {
@@ -108,15 +136,7 @@ inline std::atomic<bool>& ForcePortableForTesting() {
 // FMA (always false where PERFORMER_SIMD_HAVE_AVX2 is 0) and no test forces
 // the portable path.
 inline bool UseAvx2Fma() {
-#if PERFORMER_SIMD_HAVE_AVX2
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has && !ForcePortableForTesting().load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
+  return CpuHasAvx2Fma() && !ForcePortableForTesting().load(std::memory_order_relaxed);
 }
 
 }  // namespace performer::kernels::cpu::simd

@@ -69,12 +69,6 @@ void BlocksPortable(const LinearArgs& a, int64_t block_begin, int64_t block_end)
 }
 
 #if PERFORMER_SIMD_HAVE_AVX2
-PERFORMER_SIMD_TARGET_AVX2 inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
 
 // AVX2+FMA micro-kernel: kRows x rows against 4 weight rows (zero-padded
 // pointers are never formed: missing weight rows reuse row 0 and are not
@@ -106,7 +100,7 @@ PERFORMER_SIMD_TARGET_AVX2 inline void MicroAvx2(const LinearArgs& a, int64_t r0
   for (int r = 0; r < kRows; ++r) {
     const float* xr = a.x + (r0 + r) * a.in;
     for (int64_t o = 0; o < outs; ++o) {
-      float s = HorizontalSum(acc[r][o]);
+      float s = simd::HorizontalSum(acc[r][o]);
       for (int64_t k = k_vec; k < a.in; ++k) s += xr[k] * w[o][k];
       a.y[(r0 + r) * a.out + o0 + o] = s + (a.bias != nullptr ? a.bias[o0 + o] : 0.0f);
     }
@@ -143,9 +137,7 @@ torch::Tensor SkinnyLinearForward(const torch::Tensor& x, const torch::Tensor& w
                   in,
                   out};
   const int64_t blocks = (out + kOutBlock - 1) / kOutBlock;
-  // Enough weight rows per task that each thread streams a sizeable slice.
-  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, in));
-  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, blocks, SkinnyBlockGrain(in), [&](int64_t begin, int64_t end) {
 #if PERFORMER_SIMD_HAVE_AVX2
     if (simd::UseAvx2Fma()) {
       BlocksAvx2(args, begin, end);

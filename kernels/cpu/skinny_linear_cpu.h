@@ -3,7 +3,17 @@
 
 #include <torch/types.h>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace performer::kernels::cpu {
+
+// Blocks of 4 weight rows per parallel task for a layer of `in` columns:
+// enough that each thread streams a sizeable slice of the weights (the
+// skinny kernels over any weight format).
+inline int64_t SkinnyBlockGrain(int64_t in) {
+  return std::max<int64_t>(1, 8192 / std::max<int64_t>(1, in));
+}
 
 torch::Tensor SkinnyLinearForward(const torch::Tensor& x, const torch::Tensor& weight,
                                   const torch::Tensor& bias);

@@ -12,6 +12,7 @@
 #endif
 
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/skinny_linear_cpu.h"
 #include "kernels/cpu/weight_formats.h"
 
 // The AVX-512 functions are compiled wherever the AVX2 ones are (GCC/Clang on
@@ -138,13 +139,6 @@ Int8Block BlockOf(const LinearArgs& a, int64_t o0, int64_t outs, const int8_t*) 
   return block;
 }
 
-PERFORMER_SIMD_TARGET_AVX2 inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
 // kRows rows of x against the 4 weight rows of `w`: 12 accumulators and 4
 // weight vectors fill the 16 ymm registers at kRows = 3. Every Block type
 // gives the same sums in the same order.
@@ -176,7 +170,7 @@ PERFORMER_SIMD_TARGET_AVX2 inline void MicroAvx2(const LinearArgs& a, const Bloc
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
-    for (int j = 0; j < kOutBlock; ++j) sums[r][j] = HorizontalSum(acc[r][j]);
+    for (int j = 0; j < kOutBlock; ++j) sums[r][j] = simd::HorizontalSum(acc[r][j]);
   }
   for (int r = 0; r < kRows; ++r) {
     const float* xr = a.x + (r0 + r) * a.in;
@@ -506,8 +500,7 @@ const CpuFeatures& Features() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
 #if PERFORMER_SIMD_HAVE_AVX2
-    __builtin_cpu_init();
-    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    f.avx2 = simd::CpuHasAvx2Fma();
     const bool avx512 = f.avx2 && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     f.avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
@@ -524,10 +517,6 @@ LinearPath Resolve(LinearWeights weights, LinearPath path, const char* op) {
               " path for ", weights == LinearWeights::kBf16 ? "bf16" : "int8", " weights");
   return path;
 }
-
-// Enough weight rows per task that each thread streams a sizeable slice (as
-// kernels/cpu/skinny_linear_cpu.cc).
-int64_t GrainInBlocks(int64_t in) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(1, in)); }
 
 int64_t GrainInRows(int64_t in) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, in)); }
 
@@ -561,7 +550,7 @@ BlocksFn BlocksFor(LinearPath path) {
 // Every block of 4 weight rows through `blocks`, split over threads.
 void RunBlocks(const LinearArgs& args, BlocksFn blocks) {
   const int64_t count = (args.out + kOutBlock - 1) / kOutBlock;
-  at::parallel_for(0, count, GrainInBlocks(args.in),
+  at::parallel_for(0, count, SkinnyBlockGrain(args.in),
                    [&](int64_t begin, int64_t end) { blocks(args, begin, end); });
 }
 

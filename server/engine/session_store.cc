@@ -347,13 +347,14 @@ absl::Status SessionStore::MakeRoomLocked(const std::string& owner, int64_t sess
     return absl::ResourceExhaustedError(
         absl::StrCat("takes ", session_bytes, " bytes, more than ", of_share));
   }
-  // What cannot leave: sessions with a request running (a new one has no
-  // state yet, and is running).
-  int64_t pinned = 0;
+  // The caller's sessions that may leave: idle ones with a state (a new
+  // one has no state yet, and is running).
+  const auto evictable = [&](const Record& r) {
+    return r.owner == owner && &r != keep && !r.busy && r.content.state != nullptr;
+  };
+  int64_t pinned = held;
   for (const Record& r : lru_) {
-    if (r.owner == owner && &r != keep && (r.busy || r.content.state == nullptr)) {
-      pinned += r.content.bytes();
-    }
+    if (evictable(r)) pinned -= r.content.bytes();
   }
   if (pinned + session_bytes > share) {
     return absl::ResourceExhaustedError(
@@ -364,7 +365,7 @@ absl::Status SessionStore::MakeRoomLocked(const std::string& owner, int64_t sess
   // is erased.
   for (auto next = lru_.end(); held + session_bytes > share && next != lru_.begin();) {
     const auto r = std::prev(next);
-    if (r->owner != owner || &*r == keep || r->busy || r->content.state == nullptr) {
+    if (!evictable(*r)) {
       next = r;
       continue;
     }
