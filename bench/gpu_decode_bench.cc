@@ -15,11 +15,19 @@
 //     bytes) read per step / step time, as a fraction of the device copy
 //     bandwidth measured in the same run (bench/gpu_reference.h).
 //
+// Then the fused step (core/models/decode_step_options.h) with CUDA graphs at
+// B = 1, 8, 64, 256 against the separate ops: float32 weights (its own
+// kernel up to kernels::CudaFusedLinearMaxRows() rows, cuBLAS above; and its
+// own kernel at every batch) and bf16 weights; each with the bytes a step
+// reads (decode weights in their dtype + B states) as a fraction of the copy
+// bandwidth.
+//
 // Then a prompt of 1k / 4k / 16k tokens prefilled in chunks of 512 as the
 // server does (Prefill, then Extend per chunk: the chunkwise prefill kernel
 // continuing each layer's state), tokens/s on the CPU and on CUDA.
 //
-// Usage: gpu_decode_bench [--cpu-steps N] [--cuda-steps N]  (default 8, 100).
+// Usage: gpu_decode_bench [--cpu-steps N] [--cuda-steps N] [--fused-only 1]
+// (default 8, 100; --fused-only prints the fused step's table alone).
 // Prints a markdown report; exits 1 where LibTorch has no CUDA device.
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -36,6 +44,7 @@
 #include "bench/gpu_reference.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/performer_lm.h"
+#include "kernels/fused_linear.h"
 #include "kernels/linear_state_step.h"
 
 namespace performer {
@@ -60,12 +69,13 @@ struct StepTiming {
 };
 
 // A fresh copy of the (seeded) bench model per run, moved to `device`.
-StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps, bool cuda_graphs) {
+StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps, bool cuda_graphs,
+                     const models::DecodeStepOptions& step_options = {}) {
   torch::manual_seed(0);
   models::LoadedModel model = bench::BenchModel(bench::BenchConfig(1024));
   model.MoveTo(device);
   absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
-      decoding::PerformerDecoder::Create(std::move(model), batch, {cuda_graphs});
+      decoding::PerformerDecoder::Create(std::move(model), batch, {cuda_graphs, step_options});
   if (!decoder.ok()) {
     std::fprintf(stderr, "decoder: %s\n", std::string(decoder.status().message()).c_str());
     std::exit(1);
@@ -105,6 +115,58 @@ StepTiming TimeSteps(const torch::Device& device, int64_t batch, int steps, bool
   return timing;
 }
 
+// Bytes of the 2-D weights a bf16 decode step keeps in bf16 (the
+// projections, feed-forwards and output head): named *.weight, not the
+// embeddings or the positional table.
+int64_t ConvertedWeightBytes(const torch::nn::Module& module) {
+  int64_t bytes = 0;
+  for (const auto& p : module.named_parameters()) {
+    const std::string& name = p.key();
+    if (p.value().dim() != 2 || name.find("emb") != std::string::npos) continue;
+    bytes += p.value().numel() * p.value().element_size();
+  }
+  return bytes;
+}
+
+// The fused step's table (see the top of this file).
+void FusedStepTable(const torch::Device& cuda, const models::LoadedModel& model, int steps,
+                    double copy_bandwidth) {
+  const int64_t weight_bytes = WeightBytes(*model.lm);
+  const int64_t converted = ConvertedWeightBytes(*model.lm);
+  std::printf(
+      "\n## Fused decode step (CUDA graphs), bench model\n\n"
+      "bf16 keeps %.1f MB of the %.1f MB of weights in bf16.\n\n"
+      "| B | separate ops step (ms) | fused fp32 step (ms) | fused fp32, own kernel at every B "
+      "(ms) | fused bf16 step (ms) | fused fp32 / separate | fused bf16 / separate | bf16 bytes "
+      "read / step (MB) | bf16 of copy bandwidth | fp32 of copy bandwidth |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n",
+      converted / 2e6, weight_bytes / 1e6);
+  models::DecodeStepOptions fp32;
+  fp32.fused = true;
+  models::DecodeStepOptions bf16;
+  bf16.weight_dtype = models::WeightDtype::kBFloat16;
+  for (int64_t batch : {1, 8, 64, 256}) {
+    const StepTiming separate = TimeSteps(cuda, batch, steps, true);
+    const StepTiming fused = TimeSteps(cuda, batch, steps, true, fp32);
+    const int64_t threshold = kernels::CudaFusedLinearMaxRows();
+    kernels::SetCudaFusedLinearMaxRows(1 << 20);
+    const StepTiming own = TimeSteps(cuda, batch, steps, true, fp32);
+    kernels::SetCudaFusedLinearMaxRows(threshold);
+    const StepTiming half = TimeSteps(cuda, batch, steps, true, bf16);
+    const double state = static_cast<double>(batch * fused.state_bytes_per_sequence);
+    const double bf16_bytes = static_cast<double>(weight_bytes - converted / 2) + state;
+    const double fp32_bytes = static_cast<double>(weight_bytes) + state;
+    std::printf("| %ld | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.1f | %.1f%% | %.1f%% |\n",
+                static_cast<long>(batch), separate.seconds_per_step * 1e3,
+                fused.seconds_per_step * 1e3, own.seconds_per_step * 1e3,
+                half.seconds_per_step * 1e3, separate.seconds_per_step / fused.seconds_per_step,
+                separate.seconds_per_step / half.seconds_per_step, bf16_bytes / 1e6,
+                100.0 * bf16_bytes / half.seconds_per_step / copy_bandwidth,
+                100.0 * fp32_bytes / fused.seconds_per_step / copy_bandwidth);
+    std::fflush(stdout);
+  }
+}
+
 // Seconds to prefill a `length`-token prompt in chunks of 512 tokens as the
 // server does (Prefill, then Extend per chunk), after one warm-up prompt.
 double PrefillSeconds(const torch::Device& device, int64_t length) {
@@ -113,7 +175,7 @@ double PrefillSeconds(const torch::Device& device, int64_t length) {
   models::LoadedModel model = bench::BenchModel(bench::BenchConfig(length + 16));
   model.MoveTo(device);
   std::unique_ptr<decoding::PerformerDecoder> decoder =
-      *decoding::PerformerDecoder::Create(std::move(model), 1, {false});
+      *decoding::PerformerDecoder::Create(std::move(model), 1, {false, {}});
   const std::vector<int64_t> prompt = bench::RandomTokens(length, 256);
   auto run = [&] {
     const decoding::SequenceId id = *decoder->Create();
@@ -135,9 +197,11 @@ double PrefillSeconds(const torch::Device& device, int64_t length) {
 
 int Main(int argc, char** argv) {
   int cpu_steps = 8, cuda_steps = 100;
+  bool fused_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--cpu-steps") == 0) cpu_steps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--cuda-steps") == 0) cuda_steps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--fused-only") == 0) fused_only = std::atoi(argv[i + 1]) != 0;
   }
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "gpu_decode_bench: no CUDA device (or LibTorch without CUDA)\n");
@@ -153,6 +217,10 @@ int Main(int argc, char** argv) {
       "device copy bandwidth (read + write): %.0f GB/s; weights: %.1f MB (fp32); "
       "CPU threads: %d\n\n",
       copy_bandwidth / 1e9, weight_bytes / 1e6, torch::get_num_threads());
+  if (fused_only) {
+    FusedStepTable(cuda, model, cuda_steps, copy_bandwidth);
+    return 0;
+  }
   std::printf(
       "| B | CPU tokens/s | CUDA eager tokens/s | CUDA graphs tokens/s | graphs / CPU | graphs / "
       "eager | CUDA step (ms) | bytes read / step (MB) | achieved GB/s | of copy bandwidth | "
@@ -187,6 +255,7 @@ int Main(int argc, char** argv) {
         batch / vector.seconds_per_step, rows.seconds_per_step / vector.seconds_per_step);
     std::fflush(stdout);
   }
+  FusedStepTable(cuda, model, cuda_steps, copy_bandwidth);
   std::printf(
       "\n## Prompt prefill in chunks of 512 (Prefill + Extend), bench model, CUDA vs CPU\n\n"
       "| prompt tokens | CPU tokens/s | CUDA tokens/s | CUDA / CPU |\n|---|---|---|---|\n");

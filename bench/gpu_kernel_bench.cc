@@ -9,6 +9,12 @@
 //     and 1024 sequences: state bytes read + written per second, as a
 //     fraction of the copy bandwidth (goal >= 70%), for both CUDA kernels
 //     (CudaStepKernel: row blocks, vector);
+//   * fused projections: kernels::FusedLinear over one bench-model layer's
+//     four projections (norm + q/k/v 512 -> 1536, output 512 -> 512 +
+//     residual, norm + w1 512 -> 2048 + GELU, w2 2048 -> 512 + residual) for
+//     B = 1, 8, 64, 256: float32 weights through its own kernel and through
+//     cuBLAS + tensor ops, bf16 weights through its own kernel; weight bytes
+//     read per second as a fraction of the copy bandwidth;
 //   * bf16 GEMM: torch::matmul of two 8192 x 8192 bf16 matrices, the
 //     reference for tensor-core kernels;
 //   * prefill: kernels::CausalLinearPrefill (bf16 inputs, fp32 accumulation)
@@ -27,6 +33,7 @@
 
 #include "bench/gpu_reference.h"
 #include "kernels/causal_linear_prefill.h"
+#include "kernels/fused_linear.h"
 #include "kernels/kernels_info.h"
 #include "kernels/linear_state_step.h"
 
@@ -72,6 +79,60 @@ double DecodeStepBandwidth(int64_t batch, double* seconds_out) {
 }
 
 // The chunkwise algorithm as plain LibTorch ops (the baseline).
+// The fused-projection table (see the top of this file).
+void FusedProjectionTable(double copy) {
+  namespace k = performer::kernels;
+  constexpr int64_t kDim = 512;
+  const auto f32 = torch::TensorOptions().device(torch::kCUDA);
+  struct Layer {
+    torch::Tensor qkv, out, w1, w2;
+  };
+  auto make = [&](torch::ScalarType dtype) {
+    torch::manual_seed(1);
+    return Layer{(torch::randn({3 * kDim, kDim}, f32) * 0.02).to(dtype),
+                 (torch::randn({kDim, kDim}, f32) * 0.02).to(dtype),
+                 (torch::randn({4 * kDim, kDim}, f32) * 0.02).to(dtype),
+                 (torch::randn({kDim, 4 * kDim}, f32) * 0.02).to(dtype)};
+  };
+  const Layer fp32 = make(torch::kFloat), bf16 = make(torch::kBFloat16);
+  const torch::Tensor gamma = torch::ones({kDim}, f32), beta = torch::zeros({kDim}, f32);
+  const torch::Tensor b1 = torch::zeros({4 * kDim}, f32), b2 = torch::zeros({kDim}, f32);
+  auto layer = [&](const Layer& w, const torch::Tensor& x) {
+    k::FusedLinearOptions norm;
+    norm.norm_weight = gamma;
+    norm.norm_bias = beta;
+    const torch::Tensor qkv = k::FusedLinear(x, w.qkv, norm);
+    k::FusedLinearOptions residual;
+    residual.residual = x;
+    const torch::Tensor h = k::FusedLinear(qkv.narrow(1, 0, kDim).contiguous(), w.out, residual);
+    k::FusedLinearOptions up = norm;
+    up.bias = b1;
+    up.activation = k::FusedActivation::kGelu;
+    k::FusedLinearOptions down;
+    down.bias = b2;
+    down.residual = h;
+    return k::FusedLinear(k::FusedLinear(h, w.w1, up), w.w2, down);
+  };
+  const double params = static_cast<double>(kDim) * kDim * 12;
+  std::printf(
+      "\n| one layer's projections | fp32 own kernel | of copy | fp32 cuBLAS + ops | of copy | "
+      "bf16 own kernel | of copy | bf16 / fp32 own |\n|---|---|---|---|---|---|---|---|\n");
+  for (int64_t batch : {1, 8, 64, 256}) {
+    const torch::Tensor x = torch::randn({batch, kDim}, f32);
+    const int64_t threshold = k::CudaFusedLinearMaxRows();
+    k::SetCudaFusedLinearMaxRows(1 << 20);
+    const double own = MedianDeviceSeconds([&] { layer(fp32, x); });
+    k::SetCudaFusedLinearMaxRows(0);
+    const double cublas = MedianDeviceSeconds([&] { layer(fp32, x); });
+    k::SetCudaFusedLinearMaxRows(threshold);
+    const double half = MedianDeviceSeconds([&] { layer(bf16, x); });
+    std::printf("| B = %ld | %.1f us | %.0f%% | %.1f us | %.0f%% | %.1f us | %.0f%% | %.2fx |\n",
+                static_cast<long>(batch), own * 1e6, 100.0 * 4 * params / own / copy,
+                cublas * 1e6, 100.0 * 4 * params / cublas / copy, half * 1e6,
+                100.0 * 2 * params / half / copy, own / half);
+  }
+}
+
 torch::Tensor PrefillWithTorchOps(const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, int64_t chunk) {
   const int64_t length = q.size(2);
@@ -131,6 +192,8 @@ int Run() {
                 100.0 * rows_bandwidth / copy, vector_seconds * 1e6,
                 100.0 * vector_bandwidth / copy, rows_seconds / vector_seconds);
   }
+
+  FusedProjectionTable(copy);
 
   std::printf(
       "\n| prefill L | kernel | TFLOP/s | of bf16 GEMM | LibTorch ops | kernel speed-up |\n"

@@ -9,12 +9,15 @@
 # ours, performer-pytorch's forward and generation on the bench model, the
 # unit tests and compute-sanitizer memcheck.
 #
-#   bash tools/gpu_check.sh [kernels|serve|all]   (default: all)
+#   bash tools/gpu_check.sh [kernels|serve|decode|all]   (default: all)
 #
 # Needs third_party/ from tools/gpu_third_party.sh (carried to the machine).
 # `kernels` builds kernels/ alone (GoogleTest and nlohmann/json only). `all`
 # also builds core, the server and the benchmarks against third_party/sysroot;
-# `serve` builds and runs only performer-serve, serve_bench and the client.
+# `serve` builds and runs only performer-serve, serve_bench and the client;
+# `decode` only the decode step: the CUDA tests, the unit tests of the CUDA
+# paths, gpu_decode_bench's fused-step table, weight_dtype_quality_bench on
+# the GPU, gpu_kernel_bench and memcheck of the fused projection's tests.
 # Steps run in order of importance, each logged to $OUT (or build-gpu/logs)
 # and packed into logs.tar.gz there; a step that fails does not stop the
 # others, and one that would start after PERFORMER_GPU_BUDGET_S seconds (default
@@ -139,6 +142,8 @@ if [ "$stage" != kernels ] && [ -d "$sysroot" ]; then
     -DPERFORMER_WARNINGS_AS_ERRORS=OFF)
   if [ "$stage" = serve ]; then
     targets=(performer-serve serve_bench performer_integration_python_stubs)
+  elif [ "$stage" = decode ]; then
+    targets+=(performer_unit_tests gpu_decode_bench weight_dtype_quality_bench)
   else
     targets+=(performer_unit_tests performer_parity_tests gpu_decode_bench performer-serve
       serve_bench performer_integration_python_stubs)
@@ -159,6 +164,23 @@ if [ "$core" = ON ]; then export LD_LIBRARY_PATH=$syslib; fi
 
 all=true
 [ "$stage" = serve ] && all=false
+if [ "$stage" = decode ]; then
+  gtest_until_done cuda_tests build-gpu/tests/performer_cuda_tests
+  gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'
+  step fused_step_bench "$(bin gpu_decode_bench)" --fused-only 1
+  cat "$logs/fused_step_bench.log"
+  step quality "$(bin weight_dtype_quality_bench)" --device=cuda
+  cat "$logs/quality.log"
+  time_left 60 "gpu_kernel_bench" && step gpu_kernel_bench "$(bin gpu_kernel_bench)"
+  cat "$logs/gpu_kernel_bench.log"
+  if time_left 60 "memcheck of the fused projection"; then
+    step memcheck timeout 120 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
+      --error-exitcode 1 build-gpu/tests/performer_cuda_tests --gtest_brief=1 \
+      --gtest_filter='*FusedLinear*'
+    tail -3 "$logs/memcheck.log"
+  fi
+  finish
+fi
 $all && gtest_until_done cuda_tests build-gpu/tests/performer_cuda_tests
 if [ "$core" = ON ]; then
   $all && gtest_until_done parity build-gpu/tests/performer_parity_tests

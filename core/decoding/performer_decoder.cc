@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
   }
   // Outside InferenceMode: the model's full forward (prefill, or a caller's
   // own forward with autograd) also reads the prepared rotary tables.
-  decoder->PrepareForDecoding();
+  decoder->PrepareForDecoding(options.step);
   c10::InferenceMode guard;
   info.vocab_size = decoder->config().num_tokens;
   info.max_seq_len = decoder->config().position_limit();

@@ -31,6 +31,9 @@ struct PerformerDecoderOptions {
   // bucket) and replay them when every live sequence steps. If capturing
   // fails the decoder steps eagerly; info().cuda_graphs says which.
   bool cuda_graphs = true;
+  // How the step computes: fused projections, decode weight dtype
+  // (core/models/decode_step_options.h).
+  models::DecodeStepOptions step;
 };
 
 class PerformerDecoder : public SlotPoolDecoder {

@@ -138,6 +138,32 @@ torch::Tensor BranchImpl::Step(const torch::Tensor& x, const InterleavedRotary& 
   return norm_kind_ == BranchNorm::kReZero ? out * g_ : out;
 }
 
+bool BranchImpl::fuses_step() const {
+  return norm_kind_ == BranchNorm::kLayerNorm && !shift_tokens_ && !is_cross();
+}
+
+void BranchImpl::PrepareForDecoding(const DecodeStepOptions& options) {
+  if (is_cross()) return;
+  if (is_attention()) {
+    attention_->PrepareForDecoding(options);
+  } else {
+    feed_forward_->PrepareForDecoding(options);
+  }
+}
+
+torch::Tensor BranchImpl::StepWithResidual(const torch::Tensor& x,
+                                           const InterleavedRotary& rotary,
+                                           const torch::Tensor& positions,
+                                           torch::TensorList state) {
+  TORCH_CHECK(fuses_step(), "Branch::StepWithResidual: this branch does not fuse its step");
+  kernels::FusedLinearOptions norm;
+  norm.norm_weight = norm_->weight;
+  norm.norm_bias = norm_->bias;
+  norm.norm_eps = norm_->options.eps();
+  if (is_attention()) return attention_->FusedStep(x, norm, rotary, positions, state);
+  return feed_forward_->FusedStep(x, norm);
+}
+
 torch::Tensor BranchImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                                  const torch::Tensor& positions, torch::TensorList state) {
   const int64_t count = x.size(0);

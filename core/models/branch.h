@@ -57,6 +57,16 @@ class BranchImpl : public torch::nn::Module {
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, torch::TensorList state);
 
+  // Whether StepWithResidual fuses this branch: a LayerNorm branch without
+  // token shift around self attention or the feed-forward.
+  bool fuses_step() const;
+  // Makes the inner module's decode weights (core/models/decode_step_options.h).
+  void PrepareForDecoding(const DecodeStepOptions& options);
+  // x + Step(x) for a branch that fuses_step(), its norm and residual fused
+  // into the projections (kernels/fused_linear.h). Needs PrepareForDecoding.
+  torch::Tensor StepWithResidual(const torch::Tensor& x, const InterleavedRotary& rotary,
+                                 const torch::Tensor& positions, torch::TensorList state);
+
   bool is_attention() const { return !attention_.is_empty(); }
   bool is_cross() const { return is_attention() && attention_->options().cross; }
   bool shifts_tokens() const { return shift_tokens_; }

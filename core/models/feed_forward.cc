@@ -1,6 +1,7 @@
 #include "core/models/feed_forward.h"
 
 #include "core/attention/linear_rows.h"
+#include "core/models/decode_weight.h"
 
 namespace performer::models {
 
@@ -24,6 +25,27 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor FeedForwardImpl::Step(const torch::Tensor& x) {
   return LinearRows(w2_, Activate(LinearRows(w1_, x)).contiguous());
+}
+
+void FeedForwardImpl::PrepareForDecoding(const DecodeStepOptions& options) {
+  torch::NoGradGuard no_grad;
+  step_w1_ = DecodeWeight(w1_->weight, options.weight_dtype);
+  step_w2_ = DecodeWeight(w2_->weight, options.weight_dtype);
+}
+
+torch::Tensor FeedForwardImpl::FusedStep(const torch::Tensor& x,
+                                         const kernels::FusedLinearOptions& norm) {
+  TORCH_CHECK(step_w1_.defined(), "FeedForward::FusedStep needs PrepareForDecoding");
+  kernels::FusedLinearOptions first = norm;
+  first.bias = w1_->bias;
+  // GELU fuses into w1 without GLU; with it, the halves multiply after.
+  if (!glu_) first.activation = kernels::FusedActivation::kGelu;
+  torch::Tensor h = kernels::FusedLinear(x, step_w1_, first);
+  if (glu_) h = Activate(h).contiguous();
+  kernels::FusedLinearOptions second;
+  second.bias = w2_->bias;
+  second.residual = x;
+  return kernels::FusedLinear(h, step_w2_, second);
 }
 
 }  // namespace performer::models

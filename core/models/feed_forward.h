@@ -10,6 +10,9 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "core/models/decode_step_options.h"
+#include "kernels/fused_linear.h"
+
 namespace performer::models {
 
 class FeedForwardImpl : public torch::nn::Module {
@@ -20,12 +23,21 @@ class FeedForwardImpl : public torch::nn::Module {
   // The same for rows x [B, dim] (decode step; see linear_rows.h).
   torch::Tensor Step(const torch::Tensor& x);
 
+  // Makes the decode copies of w1 and w2 in options.weight_dtype for
+  // FusedStep (core/models/decode_step_options.h).
+  void PrepareForDecoding(const DecodeStepOptions& options);
+  // x + Step(norm(x)) for rows x [B, dim], with `norm` (the norm_* fields of
+  // a kernels::FusedLinearOptions, or none) fused into w1 and the residual
+  // into w2 (kernels/fused_linear.h). Needs PrepareForDecoding.
+  torch::Tensor FusedStep(const torch::Tensor& x, const kernels::FusedLinearOptions& norm);
+
  private:
   torch::Tensor Activate(const torch::Tensor& h) const;
 
   bool glu_;
   double dropout_;
   torch::nn::Linear w1_{nullptr}, w2_{nullptr};
+  torch::Tensor step_w1_, step_w2_;  // PrepareForDecoding
 };
 TORCH_MODULE(FeedForward);
 

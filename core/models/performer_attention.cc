@@ -2,6 +2,7 @@
 
 #include "core/attention/linear_rows.h"
 #include "core/attention/rotary.h"
+#include "core/models/decode_weight.h"
 
 namespace performer::models {
 
@@ -110,10 +111,12 @@ torch::Tensor PerformerAttentionImpl::forward(
   return out;
 }
 
-void PerformerAttentionImpl::PrepareForDecoding() {
+void PerformerAttentionImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   torch::NoGradGuard no_grad;
   qkv_weight_ = torch::cat({to_q_->weight, to_k_->weight, to_v_->weight}, 0).contiguous();
   if (options_.qkv_bias) qkv_bias_ = torch::cat({to_q_->bias, to_k_->bias, to_v_->bias}, 0);
+  step_qkv_weight_ = DecodeWeight(qkv_weight_, options.weight_dtype);
+  step_out_weight_ = DecodeWeight(to_out_->weight, options.weight_dtype);
   fast_attention_->PrepareForDecoding();
 }
 
@@ -160,6 +163,24 @@ torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const Interle
   torch::Tensor qkv = ProjectQkv(x);
   torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
   return LinearRows(to_out_, out.reshape({rows, inner}));
+}
+
+torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
+                                                const kernels::FusedLinearOptions& norm,
+                                                const InterleavedRotary& rotary,
+                                                const torch::Tensor& positions,
+                                                torch::TensorList state) {
+  TORCH_CHECK(step_qkv_weight_.defined(), "PerformerAttention::FusedStep needs PrepareForDecoding");
+  const int64_t rows = x.size(0), inner = options_.heads * options_.dim_head;
+  kernels::FusedLinearOptions project = norm;
+  project.bias = qkv_bias_;
+  torch::Tensor qkv = kernels::FusedLinear(x, step_qkv_weight_, project)
+                          .view({rows, 3, options_.heads, options_.dim_head});
+  torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
+  kernels::FusedLinearOptions merge;
+  if (options_.attn_out_bias) merge.bias = to_out_->bias;
+  merge.residual = x;
+  return kernels::FusedLinear(out.reshape({rows, inner}), step_out_weight_, merge);
 }
 
 torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,

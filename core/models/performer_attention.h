@@ -22,8 +22,10 @@
 
 #include "core/attention/rotary.h"
 #include "core/attention/windowed_local_attention.h"
+#include "core/models/decode_step_options.h"
 #include "core/models/fast_attention.h"
 #include "core/recurrent/slot_state.h"
+#include "kernels/fused_linear.h"
 
 namespace performer::models {
 
@@ -83,8 +85,16 @@ class PerformerAttentionImpl : public torch::nn::Module {
                        const torch::Tensor& positions, torch::TensorList state);
 
   // Caches the concatenated q/k/v weights for Step (one GEMM instead of
-  // three). Call after the weights are loaded.
-  void PrepareForDecoding();
+  // three), and the decode copies of the q/k/v and output weights in
+  // options.weight_dtype for FusedStep. Call after the weights are loaded.
+  void PrepareForDecoding(const DecodeStepOptions& options = {});
+  // x + Step(norm(x)): Step with `norm` (the norm_* fields of a
+  // kernels::FusedLinearOptions, or none) fused into the q/k/v projection
+  // and the residual into the output projection (kernels/fused_linear.h).
+  // Needs PrepareForDecoding.
+  torch::Tensor FusedStep(const torch::Tensor& x, const kernels::FusedLinearOptions& norm,
+                          const InterleavedRotary& rotary, const torch::Tensor& positions,
+                          torch::TensorList state);
 
   // Cross attention: the constant summary of a context [b, m, dim] -> [b, h, m', d + 1].
   torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
@@ -115,6 +125,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
   WindowedLocalAttention local_attn_{nullptr};
   torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
   torch::Tensor qkv_weight_, qkv_bias_;  // PrepareForDecoding
+  torch::Tensor step_qkv_weight_, step_out_weight_;  // PrepareForDecoding, weight_dtype
   size_t fast_state_tensors_ = 0;        // of the global heads, first in the state
 };
 TORCH_MODULE(PerformerAttention);

@@ -1,6 +1,8 @@
 #include "core/models/performer_lm.h"
 
 #include "core/attention/linear_rows.h"
+#include "core/models/decode_weight.h"
+#include "kernels/fused_linear.h"
 
 namespace performer::models {
 
@@ -68,6 +70,14 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens,
   }
   x = performer_->Step(x, rotary, positions, state);
   positions.add_(1);
+  if (step_head_weight_.defined()) {
+    kernels::FusedLinearOptions head;
+    head.norm_weight = norm_->weight;
+    head.norm_bias = norm_->bias;
+    head.norm_eps = norm_->options.eps();
+    if (!config_.tie_embed) head.bias = to_out_->bias;
+    return kernels::FusedLinear(x, step_head_weight_, head);
+  }
   x = norm_(x);
   return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
                            : LinearRows(to_out_, x);
@@ -104,10 +114,15 @@ void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tenso
   performer_->InitCross(context, context_mask, state);
 }
 
-void PerformerLMImpl::PrepareForDecoding() {
+void PerformerLMImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   torch::NoGradGuard no_grad;
   if (layer_pos_emb_.defined()) rotary_ = MakeInterleavedRotary(layer_pos_emb_);
-  performer_->PrepareForDecoding();
+  performer_->PrepareForDecoding(options);
+  step_head_weight_ = torch::Tensor();
+  if (options.uses_fused_step()) {
+    step_head_weight_ = DecodeWeight(config_.tie_embed ? token_emb_->weight : to_out_->weight,
+                                     options.weight_dtype);
+  }
 }
 
 std::vector<std::vector<SlotTensorSpec>> PerformerLMImpl::SlotStateSpecs() const {

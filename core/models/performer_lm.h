@@ -23,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/models/decode_step_options.h"
 #include "core/models/performer_config.h"
 #include "core/models/performer_stack.h"
 #include "core/models/positional_embedding.h"
@@ -76,9 +77,11 @@ class PerformerLMImpl : public torch::nn::Module {
   StatePool AllocateState(int64_t rows) const;
 
   // Precomputes what Step reuses (interleaved rotary tables, fused q/k/v
-  // weights). Call once after the weights are loaded; Step works without
-  // it, only slower.
-  void PrepareForDecoding();
+  // weights) and how it computes (core/models/decode_step_options.h: with
+  // options.uses_fused_step() the final norm fuses into the output head
+  // too). Call once after the weights are loaded; Step works without it,
+  // only slower.
+  void PrepareForDecoding(const DecodeStepOptions& options = {});
 
   const PerformerLMConfig& config() const { return config_; }
   const torch::nn::Embedding& token_emb() const { return token_emb_; }
@@ -96,6 +99,7 @@ class PerformerLMImpl : public torch::nn::Module {
   PerformerStack performer_{nullptr};
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear to_out_{nullptr};
+  torch::Tensor step_head_weight_;  // PrepareForDecoding, when the step is fused
 };
 TORCH_MODULE(PerformerLM);
 

@@ -121,10 +121,12 @@ torch::Tensor PerformerStackImpl::forward(const torch::Tensor& x, const BranchIn
   return config_.reversible ? x1 + x2 : x1;
 }
 
-void PerformerStackImpl::PrepareForDecoding() {
+void PerformerStackImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   for (auto& [f, g] : pairs_) {
-    if (!f->is_cross()) f->attention()->PrepareForDecoding();
+    f->PrepareForDecoding(options);
+    g->PrepareForDecoding(options);
   }
+  fused_step_ = options.uses_fused_step() && !config_.reversible;
 }
 
 torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tensor& x,
@@ -152,7 +154,18 @@ torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tens
 torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
                                        const torch::Tensor& positions,
                                        const std::vector<SlotRows>& state) {
-  return Incremental(&BranchImpl::Step, x, rotary, positions, state);
+  if (!fused_step_) return Incremental(&BranchImpl::Step, x, rotary, positions, state);
+  CheckState(state);
+  torch::Tensor h = x;
+  for (size_t i = 0; i < pairs_.size(); ++i) {
+    for (int side = 0; side < 2; ++side) {
+      BranchImpl& branch = side == 0 ? *pairs_[i].first : *pairs_[i].second;
+      const std::vector<torch::Tensor>& s = state[2 * i + side].tensors;
+      h = branch.fuses_step() ? branch.StepWithResidual(h, rotary, positions, s)
+                              : h + branch.Step(h, rotary, positions, s);
+    }
+  }
+  return h;
 }
 
 torch::Tensor PerformerStackImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,

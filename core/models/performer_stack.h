@@ -52,8 +52,10 @@ class PerformerStackImpl : public torch::nn::Module {
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, const std::vector<SlotRows>& state);
 
-  // See PerformerAttentionImpl::PrepareForDecoding.
-  void PrepareForDecoding();
+  // Prepares each branch's decode weights (BranchImpl::PrepareForDecoding);
+  // with options.uses_fused_step(), Step then fuses the branches that can
+  // (BranchImpl::fuses_step) in a sequential (not reversible) stack.
+  void PrepareForDecoding(const DecodeStepOptions& options = {});
 
   // Folds a context [b, m, dim] into the cross-attention summaries of `state` rows [b].
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,
@@ -73,6 +75,7 @@ class PerformerStackImpl : public torch::nn::Module {
   void CheckState(const std::vector<SlotRows>& state) const;
   PerformerLMConfig config_;
   std::vector<std::pair<Branch, Branch>> pairs_;
+  bool fused_step_ = false;  // PrepareForDecoding
 };
 TORCH_MODULE(PerformerStack);
 

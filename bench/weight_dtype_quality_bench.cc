@@ -1,0 +1,181 @@
+// What the decode weight dtype (core/models/decode_step_options.h) costs in
+// quality, on a served model folder (default: the repository's default
+// model), on the CPU or a GPU:
+//
+//   * greedy-token agreement with float32: 64 prompts of 16 bytes (windows
+//     of --prompt_text, default models/README.md) decoded greedily for 128
+//     tokens by the separate-ops float32 step and by the fused step in each
+//     dtype; the share of the 64 x 128 tokens that equal float32's, and how
+//     many of the 64 continuations are identical;
+//   * with --validation=FILE (text; the held-out tail of docs/training.md's
+//     corpus): bits per byte of the first --validation_bytes bytes, fed
+//     through the decode step with teacher forcing (each byte's logits from
+//     the step before it), for each dtype.
+//
+// Usage: weight_dtype_quality_bench [--device=cpu|cuda] [--model=DIR]
+//        [--prompt_text=FILE] [--validation=FILE] [--validation_bytes=N]
+// Prints Markdown tables.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "core/decoding/performer_decoder.h"
+#include "core/models/decode_step_options.h"
+#include "core/models/model_folder.h"
+
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, model, "models/performer-fortunes", "model folder (byte tokenizer)");
+ABSL_FLAG(std::string, prompt_text, "models/README.md", "text the 64 prompts are cut from");
+ABSL_FLAG(std::string, validation, "", "held-out text for bits per byte (optional)");
+ABSL_FLAG(int64_t, validation_bytes, 16384, "bytes of --validation to score");
+
+namespace performer {
+namespace {
+
+constexpr int64_t kPrompts = 64;
+constexpr int64_t kPromptBytes = 16;
+constexpr int64_t kNewTokens = 128;
+
+struct Variant {
+  const char* name;
+  models::DecodeStepOptions step;
+};
+
+std::vector<Variant> Variants() {
+  models::DecodeStepOptions fused;
+  fused.fused = true;
+  models::DecodeStepOptions bf16;
+  bf16.weight_dtype = models::WeightDtype::kBFloat16;
+  return {{"fp32, separate ops (reference)", {}}, {"fp32, fused", fused}, {"bf16, fused", bf16}};
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    std::exit(1);
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::unique_ptr<decoding::PerformerDecoder> MakeDecoder(const models::DecodeStepOptions& step,
+                                                        int64_t capacity) {
+  absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    std::exit(1);
+  }
+  model->MoveTo(torch::Device(absl::GetFlag(FLAGS_device)));
+  decoding::PerformerDecoderOptions options;
+  options.step = step;
+  absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> d =
+      decoding::PerformerDecoder::Create(*std::move(model), capacity, options);
+  if (!d.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(d.status().message()).c_str());
+    std::exit(1);
+  }
+  return *std::move(d);
+}
+
+template <typename T>
+T OrDie(absl::StatusOr<T> v) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(v.status().message()).c_str());
+    std::exit(1);
+  }
+  return *std::move(v);
+}
+
+// kPrompts greedy continuations of kNewTokens tokens, [prompt][token].
+std::vector<std::vector<int64_t>> Greedy(const models::DecodeStepOptions& step,
+                                         const std::string& text) {
+  auto decoder = MakeDecoder(step, kPrompts);
+  std::vector<decoding::SequenceId> ids;
+  std::vector<int64_t> next;
+  const int64_t stride = (static_cast<int64_t>(text.size()) - kPromptBytes) / kPrompts;
+  for (int64_t p = 0; p < kPrompts; ++p) {
+    std::vector<int64_t> prompt;
+    for (int64_t i = 0; i < kPromptBytes; ++i) {
+      prompt.push_back(static_cast<unsigned char>(text[static_cast<size_t>(p * stride + i)]));
+    }
+    ids.push_back(OrDie(decoder->Create()));
+    next.push_back(OrDie(decoder->Prefill(ids.back(), {prompt, {}, {}})).argmax().item<int64_t>());
+  }
+  std::vector<std::vector<int64_t>> out(kPrompts);
+  for (int64_t t = 0; t < kNewTokens; ++t) {
+    for (int64_t p = 0; p < kPrompts; ++p) out[static_cast<size_t>(p)].push_back(next[static_cast<size_t>(p)]);
+    if (t + 1 == kNewTokens) break;
+    const torch::Tensor logits = OrDie(decoder->Step(ids, next));
+    const torch::Tensor best = logits.argmax(-1);
+    for (int64_t p = 0; p < kPrompts; ++p) next[static_cast<size_t>(p)] = best[p].item<int64_t>();
+  }
+  return out;
+}
+
+// Bits per byte of `text` through the decode step (teacher forcing).
+double BitsPerByte(const models::DecodeStepOptions& step, const std::string& text) {
+  auto decoder = MakeDecoder(step, 1);
+  const decoding::SequenceId id = OrDie(decoder->Create());
+  torch::Tensor logits =
+      OrDie(decoder->Prefill(id, {{static_cast<unsigned char>(text[0])}, {}, {}}));
+  double nats = 0;
+  for (size_t i = 1; i < text.size(); ++i) {
+    const int64_t byte = static_cast<unsigned char>(text[i]);
+    nats -= torch::log_softmax(logits.to(torch::kDouble), -1)[byte].item<double>();
+    if (i + 1 < text.size()) logits = OrDie(decoder->Step({id}, {byte}))[0];
+  }
+  return nats / std::log(2.0) / static_cast<double>(text.size() - 1);
+}
+
+int Main() {
+  torch::NoGradGuard no_grad;
+  const std::string text = ReadFile(absl::GetFlag(FLAGS_prompt_text));
+  std::printf("## Decode weight dtype quality: %s on %s\n\n", absl::GetFlag(FLAGS_model).c_str(),
+              absl::GetFlag(FLAGS_device).c_str());
+  std::printf(
+      "| step | greedy tokens equal to fp32 (of %ld) | identical continuations (of %ld) |\n"
+      "|---|---|---|\n",
+      static_cast<long>(kPrompts * kNewTokens), static_cast<long>(kPrompts));
+  const std::vector<Variant> variants = Variants();
+  const auto reference = Greedy(variants[0].step, text);
+  for (const Variant& v : variants) {
+    const auto got = Greedy(v.step, text);
+    int64_t equal = 0, identical = 0;
+    for (size_t p = 0; p < got.size(); ++p) {
+      for (size_t t = 0; t < got[p].size(); ++t) equal += got[p][t] == reference[p][t] ? 1 : 0;
+      identical += got[p] == reference[p] ? 1 : 0;
+    }
+    std::printf("| %s | %.2f%% | %ld |\n", v.name,
+                100.0 * static_cast<double>(equal) / static_cast<double>(kPrompts * kNewTokens),
+                static_cast<long>(identical));
+  }
+  const std::string validation_path = absl::GetFlag(FLAGS_validation);
+  if (!validation_path.empty()) {
+    std::string validation = ReadFile(validation_path);
+    const auto limit = static_cast<size_t>(absl::GetFlag(FLAGS_validation_bytes));
+    if (validation.size() > limit) validation.resize(limit);
+    std::printf("\n| step | bits per byte (%zu bytes) | vs fp32 |\n|---|---|---|\n",
+                validation.size());
+    const double base = BitsPerByte(variants[0].step, validation);
+    for (const Variant& v : variants) {
+      const double bits = BitsPerByte(v.step, validation);
+      std::printf("| %s | %.4f | %+.3f%% |\n", v.name, bits, 100.0 * (bits - base) / base);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace performer
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return performer::Main();
+}

@@ -1,0 +1,37 @@
+// How a model's decode step computes (PerformerLMImpl::PrepareForDecoding).
+//
+// fused: each branch of a layer is one projection with its norm fused in
+//   front, the state kernel, and one projection with the residual (and, in
+//   the feed-forward, the GELU) fused behind (kernels/fused_linear.h): a
+//   layer's step takes a handful of launches on a GPU instead of one per op.
+//   Branches with ScaleNorm, ReZero, a token shift or cross attention, and
+//   reversible stacks, keep the separate ops. On the CPU with float32 weights
+//   the fused step gives the same bits as the separate ops up to 64 rows.
+// weight_dtype: the dtype of the decode copies of the projections,
+//   feed-forwards and output head (kBFloat16: rounded to nearest even, sums
+//   in float32); the feature projections, norms, embeddings and the state
+//   stay float32, and the full forward (prefill) keeps the float32 weights.
+//   kBFloat16 implies fused.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace performer::models {
+
+enum class WeightDtype { kFloat32, kBFloat16 };
+
+// "fp32", "bf16".
+const char* WeightDtypeName(WeightDtype dtype);
+// The inverse of WeightDtypeName; nullopt for any other text.
+std::optional<WeightDtype> ParseWeightDtype(std::string_view text);
+
+struct DecodeStepOptions {
+  bool fused = false;
+  WeightDtype weight_dtype = WeightDtype::kFloat32;
+
+  bool uses_fused_step() const { return fused || weight_dtype != WeightDtype::kFloat32; }
+};
+
+}  // namespace performer::models

@@ -1,0 +1,46 @@
+// CUDA kernel of kernels/fused_linear.h, raw pointers + shapes in:
+//
+//   h = LayerNorm(x) if norm_weight (else x);  y = act(h W^T + bias) + residual
+//
+// x (rows, in), bias (out), norm_weight / norm_bias (in), residual and y
+// (rows, out): float32, contiguous; weight (out, in) float32 or bfloat16.
+// Optional pointers may be null (norm_bias only beside norm_weight). y may
+// alias residual (each element is read, then written, by one thread), not x.
+//
+// One launch: blocks of kWarpsPerBlock warps, grid (ceil(out / warps),
+// ceil(rows / R)) with R in {1, 2, 4, 8} rows of x per block (fewer when a
+// row of `in` floats is large). A block stages its R rows of x in shared
+// memory, normalises them there (a warp per row, two passes: mean, then
+// variance), then each warp streams one weight row, 16 bytes per lane per
+// load when the rows are 16-byte aligned (else one element), multiplies it
+// against the R rows, reduces across the warp and applies the epilogue.
+// Fails (error string) when R = 1 rows of `in` floats exceed the device's
+// shared memory per block.
+#pragma once
+
+#include <cstdint>
+
+namespace performer::kernels::cuda {
+
+enum class FusedWeightType : int { kFloat32 = 0, kBFloat16 = 1 };
+
+struct FusedLinearArgs {
+  FusedWeightType weight_type;
+  const float* x;
+  const void* weight;
+  const float* bias;
+  const float* norm_weight;
+  const float* norm_bias;
+  float norm_eps;
+  bool gelu;
+  const float* residual;
+  float* y;
+  int64_t rows;
+  int64_t in;
+  int64_t out;
+};
+
+// Returns a CUDA error string or nullptr.
+const char* FusedLinearForward(const FusedLinearArgs& args, void* stream);
+
+}  // namespace performer::kernels::cuda

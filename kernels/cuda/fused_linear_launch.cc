@@ -1,0 +1,52 @@
+#include "kernels/cuda/fused_linear_launch.h"
+
+#include <torch/torch.h>
+
+#include "kernels/cuda/fused_linear_cuda.h"
+#include "kernels/cuda/torch_cuda.h"
+
+namespace performer::kernels::cuda {
+namespace {
+
+const float* OptionalData(const torch::Tensor& t) {
+  return t.defined() ? t.data_ptr<float>() : nullptr;
+}
+
+torch::Tensor TensorOps(const torch::Tensor& x, const torch::Tensor& weight,
+                        const FusedLinearOptions& o) {
+  torch::Tensor h = x;
+  if (o.norm_weight.defined()) {
+    h = at::layer_norm(x, {x.size(1)}, o.norm_weight, o.norm_bias, o.norm_eps);
+  }
+  torch::Tensor y = o.bias.defined() ? torch::addmm(o.bias, h, weight.t()) : torch::mm(h, weight.t());
+  if (o.activation == FusedActivation::kGelu) y = at::gelu(y);
+  if (o.residual.defined()) y.add_(o.residual);
+  return y;
+}
+
+}  // namespace
+
+torch::Tensor FusedLinearCuda(const torch::Tensor& x, const torch::Tensor& weight,
+                              const FusedLinearOptions& o, bool own_kernel) {
+  if (!own_kernel) return TensorOps(x, weight, o);
+  torch::Tensor y = torch::empty({x.size(0), weight.size(0)}, x.options());
+  FusedLinearArgs a{};
+  a.weight_type = weight.scalar_type() == torch::kBFloat16 ? FusedWeightType::kBFloat16
+                                                           : FusedWeightType::kFloat32;
+  a.x = x.data_ptr<float>();
+  a.weight = weight.data_ptr();
+  a.bias = OptionalData(o.bias);
+  a.norm_weight = OptionalData(o.norm_weight);
+  a.norm_bias = OptionalData(o.norm_bias);
+  a.norm_eps = static_cast<float>(o.norm_eps);
+  a.gelu = o.activation == FusedActivation::kGelu;
+  a.residual = OptionalData(o.residual);
+  a.y = y.data_ptr<float>();
+  a.rows = x.size(0);
+  a.in = x.size(1);
+  a.out = weight.size(0);
+  CheckLaunch(FusedLinearForward(a, CurrentStream(x)), "FusedLinear");
+  return y;
+}
+
+}  // namespace performer::kernels::cuda

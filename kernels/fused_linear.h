@@ -1,0 +1,54 @@
+// One projection of a decode step with the elementwise work around it fused
+// in, so that a layer's step is a few launches instead of one per op:
+//
+//   h = LayerNorm(x; norm_weight, norm_bias, norm_eps)   if norm_weight is defined
+//       (x otherwise)
+//   y = act(h W^T + bias) + residual                      act: identity or GELU (erf)
+//
+// x (rows, in) float32; weight (out, in) float32 or bfloat16 (the decode
+// weights of --weight_dtype); bias (out), norm_weight / norm_bias (in) and
+// residual (rows, out) float32, each optional. Returns a new contiguous
+// (rows, out) float32 tensor. Sums are float32 whatever the weight type.
+//
+// CPU (kernels/cpu/fused_linear_cpu.cc): the layer norm and the epilogue as
+// tensor ops around kernels/cpu/skinny_linear_cpu.h (float32 weights) or
+// kernels/cpu/weight_dtype_linear_cpu.h (bfloat16), both of which give each
+// output the same chain of operations whatever `rows` is.
+// CUDA (kernels/cuda/fused_linear_cuda.cu): one launch; each warp streams one
+// weight row with 16-byte loads against up to 8 rows of x staged (and
+// normalised) in shared memory, and applies the epilogue as it stores. Up to
+// CudaFusedLinearMaxRows() rows with float32 weights (above it cuBLAS's GEMM
+// and tensor ops, which win there) and any number with bfloat16 weights.
+// Not differentiable (inference only).
+#pragma once
+
+#include <torch/types.h>
+
+namespace performer::kernels {
+
+enum class FusedActivation { kNone, kGelu };
+
+struct FusedLinearOptions {
+  torch::Tensor bias;         // (out) or undefined
+  torch::Tensor norm_weight;  // (in): LayerNorm of x first when defined
+  torch::Tensor norm_bias;    // (in) or undefined
+  double norm_eps = 1e-5;
+  FusedActivation activation = FusedActivation::kNone;
+  torch::Tensor residual;  // (rows, out) or undefined; added after the activation
+};
+
+torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
+                          const FusedLinearOptions& options = {});
+
+// True when FusedLinear takes a weight of this dtype on this device (float32
+// or bfloat16 on the CPU; on CUDA when this build compiled kernels/cuda).
+bool FusedLinearSupported(const torch::Tensor& weight);
+
+// Float32 weights on CUDA: the number of rows up to which FusedLinear runs its
+// own kernel (default kDefaultCudaFusedLinearMaxRows); above it cuBLAS.
+// Process-wide, read at every call (benchmarks compare the two).
+constexpr int64_t kDefaultCudaFusedLinearMaxRows = 64;
+void SetCudaFusedLinearMaxRows(int64_t rows);
+int64_t CudaFusedLinearMaxRows();
+
+}  // namespace performer::kernels

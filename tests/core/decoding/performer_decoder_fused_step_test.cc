@@ -1,0 +1,173 @@
+// The fused decode step (core/models/decode_step_options.h) against the
+// separate ops: the same bits with float32 weights on the CPU, bf16 weights
+// within their rounding, the branches that cannot fuse falling back, and on
+// a GPU the fused step (graphs and eager) against the CPU.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/decoding/performer_decoder.h"
+#include "core/models/decode_step_options.h"
+#include "tests/core/models/model_test_util.h"
+#include "tests/testing/cuda_device.h"
+
+namespace performer::decoding {
+namespace {
+
+using models::DecodeStepOptions;
+using models::PerformerLMConfig;
+using models::WeightDtype;
+using models::testing::RandomLM;
+using models::testing::TinyLMConfig;
+
+struct FusedVariant {
+  std::string name;
+  std::function<void(PerformerLMConfig&)> apply;
+};
+
+std::unique_ptr<PerformerDecoder> Decoder(const PerformerLMConfig& config,
+                                          const DecodeStepOptions& step,
+                                          torch::Device device = torch::kCPU,
+                                          bool cuda_graphs = true) {
+  models::LoadedModel model = RandomLM(config, 11);
+  model.lm->to(device);
+  PerformerDecoderOptions options;
+  options.step = step;
+  options.cuda_graphs = cuda_graphs;
+  absl::StatusOr<std::unique_ptr<PerformerDecoder>> d =
+      PerformerDecoder::Create(std::move(model), 4, options);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return *std::move(d);
+}
+
+// Prefills three prompts in both decoders, then steps all three (and a
+// subset) 10 times feeding the same tokens, and calls compare(a, b, what)
+// on each pair of logits.
+void StepBoth(PerformerDecoder& a, PerformerDecoder& b, int64_t vocab,
+              const std::function<void(const torch::Tensor&, const torch::Tensor&,
+                                       const std::string&)>& compare) {
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4}, {5, 6, 7, 8, 9}};
+  std::vector<SequenceId> ia, ib;
+  for (const auto& prompt : prompts) {
+    ia.push_back(*a.Create());
+    ib.push_back(*b.Create());
+    ASSERT_TRUE(a.Prefill(ia.back(), {prompt, {}, {}}).ok());
+    ASSERT_TRUE(b.Prefill(ib.back(), {prompt, {}, {}}).ok());
+  }
+  for (int step = 0; step < 10; ++step) {
+    const size_t count = step < 7 ? 3 : 1;  // then a subset (rows gathered)
+    std::vector<int64_t> tokens;
+    for (size_t i = 0; i < count; ++i) tokens.push_back((step * 5 + static_cast<int64_t>(i)) % vocab);
+    const std::vector<SequenceId> sa(ia.begin(), ia.begin() + static_cast<int64_t>(count));
+    const std::vector<SequenceId> sb(ib.begin(), ib.begin() + static_cast<int64_t>(count));
+    absl::StatusOr<torch::Tensor> x = a.Step(sa, tokens), y = b.Step(sb, tokens);
+    ASSERT_TRUE(x.ok() && y.ok()) << x.status() << " / " << y.status();
+    compare(*x, *y, "step " + std::to_string(step));
+  }
+}
+
+class FusedStepTest : public ::testing::TestWithParam<FusedVariant> {};
+
+TEST_P(FusedStepTest, Float32FusedStepEqualsSeparateOpsBitForBit) {
+  PerformerLMConfig config = TinyLMConfig();
+  GetParam().apply(config);
+  DecodeStepOptions fused;
+  fused.fused = true;
+  auto separate = Decoder(config, {});
+  auto joined = Decoder(config, fused);
+  StepBoth(*joined, *separate, config.num_tokens,
+           [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
+             EXPECT_TRUE(torch::equal(x, y))
+                 << what << ": max |diff| " << (x - y).abs().max().item<float>();
+           });
+}
+
+TEST_P(FusedStepTest, Bf16WeightsStayWithinTheirRounding) {
+  PerformerLMConfig config = TinyLMConfig();
+  GetParam().apply(config);
+  DecodeStepOptions bf16;
+  bf16.weight_dtype = WeightDtype::kBFloat16;
+  auto reference = Decoder(config, {});
+  auto rounded = Decoder(config, bf16);
+  StepBoth(*rounded, *reference, config.num_tokens,
+           [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
+             const double scale = y.abs().max().item<double>();
+             const double diff = (x - y).abs().max().item<double>();
+             // 8 mantissa bits: a relative error of 2^-9 per weight, a few
+             // percent of the largest logit after the layers compound it.
+             EXPECT_LE(diff, 0.03 * scale) << what;
+             EXPECT_GT(diff, 0.0) << what << ": bf16 weights gave the float32 logits exactly";
+           });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, FusedStepTest,
+    ::testing::Values(
+        FusedVariant{"plain", [](PerformerLMConfig&) {}},
+        FusedVariant{"glu_tied_biases",
+                     [](PerformerLMConfig& c) {
+                       c.ff_glu = true;
+                       c.tie_embed = true;
+                       c.qkv_bias = true;
+                       c.attn_out_bias = false;
+                     }},
+        FusedVariant{"rotary_local_heads",
+                     [](PerformerLMConfig& c) {
+                       c.rotary_position_emb = true;
+                       c.local_attn_heads = {1};
+                       c.local_window_size = 4;
+                     }},
+        FusedVariant{"generalized", [](PerformerLMConfig& c) { c.generalized_attention = true; }},
+        // These fall back to the separate ops (not fused).
+        FusedVariant{"scalenorm", [](PerformerLMConfig& c) { c.use_scalenorm = true; }},
+        FusedVariant{"rezero_shift",
+                     [](PerformerLMConfig& c) {
+                       c.use_rezero = true;
+                       c.shift_tokens = true;
+                     }},
+        FusedVariant{"shift_tokens", [](PerformerLMConfig& c) { c.shift_tokens = true; }},
+        FusedVariant{"reversible", [](PerformerLMConfig& c) { c.reversible = true; }}),
+    [](const ::testing::TestParamInfo<FusedVariant>& info) { return info.param.name; });
+
+TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
+  for (WeightDtype d : {WeightDtype::kFloat32, WeightDtype::kBFloat16}) {
+    EXPECT_EQ(models::ParseWeightDtype(models::WeightDtypeName(d)), d);
+  }
+  EXPECT_EQ(models::ParseWeightDtype("int4"), std::nullopt);
+  EXPECT_EQ(models::ParseWeightDtype(""), std::nullopt);
+  DecodeStepOptions o;
+  EXPECT_FALSE(o.uses_fused_step());
+  o.weight_dtype = WeightDtype::kBFloat16;
+  EXPECT_TRUE(o.uses_fused_step());
+}
+
+// On a GPU: the fused step, replayed from CUDA graphs and eager, against the
+// separate ops on the CPU (float32), and bf16 weights on both devices.
+TEST(FusedStepCudaTest, FusedStepOnTheGpuMatchesTheCpu) {
+  PERFORMER_REQUIRE_CUDA();
+  for (WeightDtype dtype : {WeightDtype::kFloat32, WeightDtype::kBFloat16}) {
+    for (bool graphs : {true, false}) {
+      PerformerLMConfig config = TinyLMConfig();
+      DecodeStepOptions step;
+      step.fused = true;
+      step.weight_dtype = dtype;
+      auto gpu = Decoder(config, step, torch::kCUDA, graphs);
+      ASSERT_EQ(gpu->info().cuda_graphs, graphs) << gpu->cuda_graphs_status();
+      auto cpu = Decoder(config, dtype == WeightDtype::kFloat32 ? DecodeStepOptions{} : step);
+      // The CPU's bf16 kernel rounds x to bf16 where it has AVX-512 BF16; the
+      // GPU's sums the exact products.
+      const double tolerance = dtype == WeightDtype::kFloat32 ? 1e-4 : 3e-2;
+      StepBoth(*gpu, *cpu, config.num_tokens,
+               [&](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
+                 const double scale = std::max(1.0, y.abs().max().item<double>());
+                 EXPECT_LE((x.cpu() - y).abs().max().item<double>(), tolerance * scale)
+                     << what << " " << models::WeightDtypeName(dtype) << " graphs " << graphs;
+               });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace performer::decoding
