@@ -141,12 +141,14 @@ void FusedStepTable(const torch::Device& cuda, const models::LoadedModel& model,
       "read / step (MB) | bf16 of copy bandwidth | fp32 of copy bandwidth |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n",
       converted / 2e6, weight_bytes / 1e6);
+  models::DecodeStepOptions separate_ops;
+  separate_ops.fused = false;
   models::DecodeStepOptions fp32;
   fp32.fused = true;
   models::DecodeStepOptions bf16;
   bf16.weight_dtype = models::WeightDtype::kBFloat16;
   for (int64_t batch : {1, 8, 64, 256}) {
-    const StepTiming separate = TimeSteps(cuda, batch, steps, true);
+    const StepTiming separate = TimeSteps(cuda, batch, steps, true, separate_ops);
     const StepTiming fused = TimeSteps(cuda, batch, steps, true, fp32);
     const int64_t threshold = kernels::CudaFusedLinearMaxRows();
     kernels::SetCudaFusedLinearMaxRows(1 << 20);

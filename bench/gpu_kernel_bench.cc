@@ -12,9 +12,9 @@
 //   * fused projections: kernels::FusedLinear over one bench-model layer's
 //     four projections (norm + q/k/v 512 -> 1536, output 512 -> 512 +
 //     residual, norm + w1 512 -> 2048 + GELU, w2 2048 -> 512 + residual) for
-//     B = 1, 8, 64, 256: float32 weights through its own kernel and through
-//     cuBLAS + tensor ops, bf16 weights through its own kernel; weight bytes
-//     read per second as a fraction of the copy bandwidth;
+//     B = 1, 8, 32, 64, 256: float32 and bf16 weights, each through its own
+//     kernel and through cuBLAS + tensor ops; weight bytes read per second
+//     as a fraction of the copy bandwidth;
 //   * bf16 GEMM: torch::matmul of two 8192 x 8192 bf16 matrices, the
 //     reference for tensor-core kernels;
 //   * prefill: kernels::CausalLinearPrefill (bf16 inputs, fp32 accumulation)
@@ -115,21 +115,24 @@ void FusedProjectionTable(double copy) {
   };
   const double params = static_cast<double>(kDim) * kDim * 12;
   std::printf(
-      "\n| one layer's projections | fp32 own kernel | of copy | fp32 cuBLAS + ops | of copy | "
-      "bf16 own kernel | of copy | bf16 / fp32 own |\n|---|---|---|---|---|---|---|---|\n");
-  for (int64_t batch : {1, 8, 64, 256}) {
-    const torch::Tensor x = torch::randn({batch, kDim}, f32);
-    const int64_t threshold = k::CudaFusedLinearMaxRows();
-    k::SetCudaFusedLinearMaxRows(1 << 20);
-    const double own = MedianDeviceSeconds([&] { layer(fp32, x); });
-    k::SetCudaFusedLinearMaxRows(0);
-    const double cublas = MedianDeviceSeconds([&] { layer(fp32, x); });
+      "\n| one layer's projections | fp32 own kernel | of copy | fp32 cuBLAS + ops | bf16 own "
+      "kernel | of copy | bf16 cuBLAS + ops | bf16 / fp32 own |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  const int64_t threshold = k::CudaFusedLinearMaxRows();
+  auto timed = [&](const Layer& w, const torch::Tensor& x, int64_t max_rows) {
+    k::SetCudaFusedLinearMaxRows(max_rows);
+    const double seconds = MedianDeviceSeconds([&] { layer(w, x); });
     k::SetCudaFusedLinearMaxRows(threshold);
-    const double half = MedianDeviceSeconds([&] { layer(bf16, x); });
-    std::printf("| B = %ld | %.1f us | %.0f%% | %.1f us | %.0f%% | %.1f us | %.0f%% | %.2fx |\n",
+    return seconds;
+  };
+  for (int64_t batch : {1, 8, 32, 64, 256}) {
+    const torch::Tensor x = torch::randn({batch, kDim}, f32);
+    const double own = timed(fp32, x, 1 << 20), cublas = timed(fp32, x, 0);
+    const double half = timed(bf16, x, 1 << 20), half_cublas = timed(bf16, x, 0);
+    std::printf("| B = %ld | %.1f us | %.0f%% | %.1f us | %.1f us | %.0f%% | %.1f us | %.2fx |\n",
                 static_cast<long>(batch), own * 1e6, 100.0 * 4 * params / own / copy,
-                cublas * 1e6, 100.0 * 4 * params / cublas / copy, half * 1e6,
-                100.0 * 2 * params / half / copy, own / half);
+                cublas * 1e6, half * 1e6, 100.0 * 2 * params / half / copy, half_cublas * 1e6,
+                own / half);
   }
 }
 

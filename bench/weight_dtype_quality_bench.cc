@@ -49,11 +49,15 @@ struct Variant {
 };
 
 std::vector<Variant> Variants() {
+  models::DecodeStepOptions separate;
+  separate.fused = false;
   models::DecodeStepOptions fused;
   fused.fused = true;
   models::DecodeStepOptions bf16;
   bf16.weight_dtype = models::WeightDtype::kBFloat16;
-  return {{"fp32, separate ops (reference)", {}}, {"fp32, fused", fused}, {"bf16, fused", bf16}};
+  return {{"fp32, separate ops (reference)", separate},
+          {"fp32, fused", fused},
+          {"bf16, fused", bf16}};
 }
 
 std::string ReadFile(const std::string& path) {

@@ -62,8 +62,7 @@ torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
   if (rows == 0 || out == 0) return torch::empty({rows, out}, x.options());
 #if PERFORMER_CUDA_KERNELS
   if (x.is_cuda()) {
-    return cuda::FusedLinearCuda(xc, wc, o, weight.scalar_type() == torch::kBFloat16 ||
-                                                rows <= CudaFusedLinearMaxRows());
+    return cuda::FusedLinearCuda(xc, wc, o, rows <= CudaFusedLinearMaxRows());
   }
 #endif
   return cpu::FusedLinearForward(xc, wc, o);

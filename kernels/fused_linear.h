@@ -17,8 +17,8 @@
 // CUDA (kernels/cuda/fused_linear_cuda.cu): one launch; each warp streams one
 // weight row with 16-byte loads against up to 8 rows of x staged (and
 // normalised) in shared memory, and applies the epilogue as it stores. Up to
-// CudaFusedLinearMaxRows() rows with float32 weights (above it cuBLAS's GEMM
-// and tensor ops, which win there) and any number with bfloat16 weights.
+// CudaFusedLinearMaxRows() rows; above it cuBLAS's float32 GEMM and tensor
+// ops, which win there (bfloat16 weights widened first, which is exact).
 // Not differentiable (inference only).
 #pragma once
 
@@ -44,10 +44,11 @@ torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
 // or bfloat16 on the CPU; on CUDA when this build compiled kernels/cuda).
 bool FusedLinearSupported(const torch::Tensor& weight);
 
-// Float32 weights on CUDA: the number of rows up to which FusedLinear runs its
-// own kernel (default kDefaultCudaFusedLinearMaxRows); above it cuBLAS.
-// Process-wide, read at every call (benchmarks compare the two).
-constexpr int64_t kDefaultCudaFusedLinearMaxRows = 64;
+// On CUDA: the number of rows up to which FusedLinear runs its own kernel
+// (default kDefaultCudaFusedLinearMaxRows, about where the two measured even
+// on an H200: docs/gpu.md); above it cuBLAS. Process-wide, read at every
+// call (benchmarks and tests compare the two).
+constexpr int64_t kDefaultCudaFusedLinearMaxRows = 32;
 void SetCudaFusedLinearMaxRows(int64_t rows);
 int64_t CudaFusedLinearMaxRows();
 

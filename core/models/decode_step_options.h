@@ -1,6 +1,7 @@
 // How a model's decode step computes (PerformerLMImpl::PrepareForDecoding).
 //
-// fused: each branch of a layer is one projection with its norm fused in
+// fused (unset: on CUDA, where it measured as fast or faster at every batch,
+// docs/gpu.md; off on the CPU): each branch of a layer is one projection with its norm fused in
 //   front, the state kernel, and one projection with the residual (and, in
 //   the feed-forward, the GELU) fused behind (kernels/fused_linear.h): a
 //   layer's step takes a handful of launches on a GPU instead of one per op.
@@ -28,10 +29,13 @@ const char* WeightDtypeName(WeightDtype dtype);
 std::optional<WeightDtype> ParseWeightDtype(std::string_view text);
 
 struct DecodeStepOptions {
-  bool fused = false;
+  std::optional<bool> fused;
   WeightDtype weight_dtype = WeightDtype::kFloat32;
 
-  bool uses_fused_step() const { return fused || weight_dtype != WeightDtype::kFloat32; }
+  // Whether the step fuses, for a model on a CUDA device or not.
+  bool UsesFusedStep(bool on_cuda) const {
+    return weight_dtype != WeightDtype::kFloat32 || fused.value_or(on_cuda);
+  }
 };
 
 }  // namespace performer::models

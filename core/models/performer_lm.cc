@@ -117,9 +117,10 @@ void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tenso
 void PerformerLMImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   torch::NoGradGuard no_grad;
   if (layer_pos_emb_.defined()) rotary_ = MakeInterleavedRotary(layer_pos_emb_);
-  performer_->PrepareForDecoding(options);
+  const bool fused = options.UsesFusedStep(token_emb_->weight.is_cuda());
+  performer_->PrepareForDecoding(options, fused);
   step_head_weight_ = torch::Tensor();
-  if (options.uses_fused_step()) {
+  if (fused) {
     step_head_weight_ = DecodeWeight(config_.tie_embed ? token_emb_->weight : to_out_->weight,
                                      options.weight_dtype);
   }

@@ -77,9 +77,9 @@ class PerformerLMImpl : public torch::nn::Module {
   StatePool AllocateState(int64_t rows) const;
 
   // Precomputes what Step reuses (interleaved rotary tables, fused q/k/v
-  // weights) and how it computes (core/models/decode_step_options.h: with
-  // options.uses_fused_step() the final norm fuses into the output head
-  // too). Call once after the weights are loaded; Step works without it,
+  // weights) and how it computes (core/models/decode_step_options.h, for
+  // the device the weights are on: a fused step fuses the final norm into
+  // the output head too). Call once after the weights are loaded; Step works without it,
   // only slower.
   void PrepareForDecoding(const DecodeStepOptions& options = {});
 

@@ -121,12 +121,12 @@ torch::Tensor PerformerStackImpl::forward(const torch::Tensor& x, const BranchIn
   return config_.reversible ? x1 + x2 : x1;
 }
 
-void PerformerStackImpl::PrepareForDecoding(const DecodeStepOptions& options) {
+void PerformerStackImpl::PrepareForDecoding(const DecodeStepOptions& options, bool fused) {
   for (auto& [f, g] : pairs_) {
     f->PrepareForDecoding(options);
     g->PrepareForDecoding(options);
   }
-  fused_step_ = options.uses_fused_step() && !config_.reversible;
+  fused_step_ = fused && !config_.reversible;
 }
 
 torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tensor& x,

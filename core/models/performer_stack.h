@@ -53,9 +53,9 @@ class PerformerStackImpl : public torch::nn::Module {
                        const torch::Tensor& positions, const std::vector<SlotRows>& state);
 
   // Prepares each branch's decode weights (BranchImpl::PrepareForDecoding);
-  // with options.uses_fused_step(), Step then fuses the branches that can
+  // with `fused`, Step then fuses the branches that can
   // (BranchImpl::fuses_step) in a sequential (not reversible) stack.
-  void PrepareForDecoding(const DecodeStepOptions& options = {});
+  void PrepareForDecoding(const DecodeStepOptions& options, bool fused);
 
   // Folds a context [b, m, dim] into the cross-attention summaries of `state` rows [b].
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

@@ -40,25 +40,23 @@ __device__ void NormalizeRows(const FusedLinearArgs& a, float* xs, int rows) {
   }
 }
 
-// Sixteen bytes of weights widened to float32: 4 floats or 8 bf16.
+// Sixteen bytes of weights (4 floats or 8 bf16) widened to float32.
 template <typename W>
 struct Vector;
 template <>
 struct Vector<float> {
   static constexpr int kWidth = 4;
-  __device__ static void Load(const float* p, float* w) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
+  __device__ static void Widen(uint4 v, float* w) {
+    w[0] = __uint_as_float(v.x);
+    w[1] = __uint_as_float(v.y);
+    w[2] = __uint_as_float(v.z);
+    w[3] = __uint_as_float(v.w);
   }
 };
 template <>
 struct Vector<__nv_bfloat16> {
   static constexpr int kWidth = 8;
-  __device__ static void Load(const __nv_bfloat16* p, float* w) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
+  __device__ static void Widen(uint4 v, float* w) {
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -68,17 +66,84 @@ struct Vector<__nv_bfloat16> {
   }
 };
 
-__device__ __forceinline__ float Gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
+__device__ __forceinline__ float Gelu(float v) {
+  return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
 
-// kVector: 16-byte weight loads (in a multiple of the vector width and the
-// weight 16-byte aligned); else one element per lane per step.
+// 16-byte vectors of a weight row each lane holds in registers at once: the
+// row's loads are issued together (before x is staged, for the first
+// chunk), so a small batch waits about one memory latency per chunk.
+constexpr int kChunk = 8;
+
+// Loads chunk c of the row's vectors (vector j = (c kChunk + k) 32 + lane,
+// coalesced across the warp) into raw; vectors past the row are not loaded.
+__device__ __forceinline__ void LoadChunk(const uint4* row, int64_t vectors, int64_t c, int lane,
+                                          uint4* raw) {
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) {
+    const int64_t j = (c * kChunk + k) * 32 + lane;
+    if (j < vectors) raw[k] = __ldg(row + j);
+  }
+}
+
+// The R rows' dot products with one weight row, 16-byte vectors (in a
+// multiple of the vector width, the weights 16-byte aligned).
+template <typename W, int R>
+__device__ void DotVectors(const W* w, const float* xs, int64_t in, int lane, uint4* raw,
+                           float* acc) {
+  constexpr int V = Vector<W>::kWidth;
+  const int64_t vectors = in / V;
+  const uint4* row = reinterpret_cast<const uint4*>(w);
+  for (int64_t c = 0; c * kChunk * 32 < vectors; ++c) {
+    if (c > 0) LoadChunk(row, vectors, c, lane, raw);
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int64_t j = (c * kChunk + k) * 32 + lane;
+      if (j >= vectors) break;
+      float wv[V];
+      Vector<W>::Widen(raw[k], wv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4* xr = reinterpret_cast<const float4*>(xs + r * in + j * V);
+#pragma unroll
+        for (int q = 0; q < V / 4; ++q) {
+          const float4 x4 = xr[q];
+          acc[r] = fmaf(wv[4 * q], x4.x, acc[r]);
+          acc[r] = fmaf(wv[4 * q + 1], x4.y, acc[r]);
+          acc[r] = fmaf(wv[4 * q + 2], x4.z, acc[r]);
+          acc[r] = fmaf(wv[4 * q + 3], x4.w, acc[r]);
+        }
+      }
+    }
+  }
+}
+
+// The same one element per lane per step (any `in`, any alignment).
+template <typename W, int R>
+__device__ void DotElements(const W* w, const float* xs, int64_t in, int lane, float* acc) {
+  for (int64_t i = lane; i < in; i += 32) {
+    const float wi = ToFloat(w[i]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = fmaf(wi, xs[r * in + i], acc[r]);
+  }
+}
+
 template <typename W, int R, bool kVector>
 __global__ void __launch_bounds__(kThreads) FusedLinearKernel(FusedLinearArgs a) {
-  extern __shared__ float xs[];  // R rows of in
+  extern __shared__ float4 shared[];  // R rows of in floats
+  float* xs = reinterpret_cast<float*>(shared);
   const int64_t in = a.in;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * R;
   const int rows = static_cast<int>(a.rows - row0 < R ? a.rows - row0 : R);
   const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const bool active = o < a.out;
+  const W* w = static_cast<const W*>(a.weight) + (active ? o : 0) * in;
+  [[maybe_unused]] uint4 raw[kChunk];
+  if constexpr (kVector) {
+    if (active) LoadChunk(reinterpret_cast<const uint4*>(w), in / Vector<W>::kWidth, 0, lane, raw);
+  }
   for (int64_t i = tid; i < R * in; i += kThreads) {
     xs[i] = i < rows * in ? a.x[row0 * in + i] : 0.0f;
   }
@@ -87,32 +152,14 @@ __global__ void __launch_bounds__(kThreads) FusedLinearKernel(FusedLinearArgs a)
     NormalizeRows(a, xs, rows);
     __syncthreads();
   }
-  const int warp = tid / 32, lane = tid % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (o >= a.out) return;
-  const W* w = static_cast<const W*>(a.weight) + o * in;
+  if (!active) return;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   if constexpr (kVector) {
-    constexpr int V = Vector<W>::kWidth;
-#pragma unroll 4
-    for (int64_t i = static_cast<int64_t>(lane) * V; i < in; i += 32 * V) {
-      float wv[V];
-      Vector<W>::Load(w + i, wv);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float* xr = xs + r * in + i;
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[r] = fmaf(wv[j], xr[j], acc[r]);
-      }
-    }
+    DotVectors<W, R>(w, xs, in, lane, raw, acc);
   } else {
-    for (int64_t i = lane; i < in; i += 32) {
-      const float wi = ToFloat(w[i]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] = fmaf(wi, xs[r * in + i], acc[r]);
-    }
+    DotElements<W, R>(w, xs, in, lane, acc);
   }
   float mine = 0.0f;  // lane r keeps row r's sum
 #pragma unroll

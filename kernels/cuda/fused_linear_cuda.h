@@ -13,7 +13,10 @@
 // memory, normalises them there (a warp per row, two passes: mean, then
 // variance), then each warp streams one weight row, 16 bytes per lane per
 // load when the rows are 16-byte aligned (else one element), multiplies it
-// against the R rows, reduces across the warp and applies the epilogue.
+// against the R rows, reduces across the warp and applies the epilogue. The
+// 16-byte loads go in chunks of 8 per lane held in registers, the first
+// chunk issued before x is staged, so that a small batch waits about one
+// memory latency per chunk.
 // Fails (error string) when R = 1 rows of `in` floats exceed the device's
 // shared memory per block.
 #pragma once

@@ -18,7 +18,10 @@ torch::Tensor TensorOps(const torch::Tensor& x, const torch::Tensor& weight,
   if (o.norm_weight.defined()) {
     h = at::layer_norm(x, {x.size(1)}, o.norm_weight, o.norm_bias, o.norm_eps);
   }
-  torch::Tensor y = o.bias.defined() ? torch::addmm(o.bias, h, weight.t()) : torch::mm(h, weight.t());
+  // bf16 weights widen exactly to float32: the products stay those of the
+  // own kernel (cuBLAS's bf16 GEMM would round x and the product to bf16).
+  const torch::Tensor w = weight.to(torch::kFloat);
+  torch::Tensor y = o.bias.defined() ? torch::addmm(o.bias, h, w.t()) : torch::mm(h, w.t());
   if (o.activation == FusedActivation::kGelu) y = at::gelu(y);
   if (o.residual.defined()) y.add_(o.residual);
   return y;

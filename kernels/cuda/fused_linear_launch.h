@@ -1,9 +1,9 @@
 // Torch-facing launch of kernels/cuda/fused_linear_cuda.h, called by
 // kernels/fused_linear.cc for CUDA tensors already checked (x contiguous
 // float32, weight contiguous float32 or bfloat16, the optional operands
-// contiguous float32 of the right sizes). own_kernel false (float32 weights
-// above CudaFusedLinearMaxRows() rows): cuBLAS's GEMM (addmm) and tensor
-// ops instead.
+// contiguous float32 of the right sizes). own_kernel false (above
+// CudaFusedLinearMaxRows() rows): cuBLAS's float32 GEMM and tensor ops
+// instead, bf16 weights widened (exactly) first.
 #pragma once
 
 #include <torch/types.h>

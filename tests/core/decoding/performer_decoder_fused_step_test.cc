@@ -75,7 +75,9 @@ TEST_P(FusedStepTest, Float32FusedStepEqualsSeparateOpsBitForBit) {
   GetParam().apply(config);
   DecodeStepOptions fused;
   fused.fused = true;
-  auto separate = Decoder(config, {});
+  DecodeStepOptions unfused;
+  unfused.fused = false;
+  auto separate = Decoder(config, unfused);
   auto joined = Decoder(config, fused);
   StepBoth(*joined, *separate, config.num_tokens,
            [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
@@ -138,9 +140,12 @@ TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
   EXPECT_EQ(models::ParseWeightDtype("int4"), std::nullopt);
   EXPECT_EQ(models::ParseWeightDtype(""), std::nullopt);
   DecodeStepOptions o;
-  EXPECT_FALSE(o.uses_fused_step());
+  EXPECT_FALSE(o.UsesFusedStep(/*on_cuda=*/false));
+  EXPECT_TRUE(o.UsesFusedStep(/*on_cuda=*/true));
+  o.fused = false;
+  EXPECT_FALSE(o.UsesFusedStep(true));
   o.weight_dtype = WeightDtype::kBFloat16;
-  EXPECT_TRUE(o.uses_fused_step());
+  EXPECT_TRUE(o.UsesFusedStep(false));
 }
 
 // On a GPU: the fused step, replayed from CUDA graphs and eager, against the
@@ -155,7 +160,9 @@ TEST(FusedStepCudaTest, FusedStepOnTheGpuMatchesTheCpu) {
       step.weight_dtype = dtype;
       auto gpu = Decoder(config, step, torch::kCUDA, graphs);
       ASSERT_EQ(gpu->info().cuda_graphs, graphs) << gpu->cuda_graphs_status();
-      auto cpu = Decoder(config, dtype == WeightDtype::kFloat32 ? DecodeStepOptions{} : step);
+      DecodeStepOptions unfused;
+      unfused.fused = false;
+      auto cpu = Decoder(config, dtype == WeightDtype::kFloat32 ? unfused : step);
       // The CPU's bf16 kernel rounds x to bf16 where it has AVX-512 BF16; the
       // GPU's sums the exact products.
       const double tolerance = dtype == WeightDtype::kFloat32 ? 1e-4 : 3e-2;

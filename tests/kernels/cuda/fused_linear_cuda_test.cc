@@ -83,7 +83,7 @@ TEST(FusedLinearCudaRepeat, RepeatedCallsAreIdentical) {
   EXPECT_TRUE(torch::equal(FusedLinear(x, w, o), eager)) << "two eager calls differ";
 }
 
-TEST(FusedLinearCudaRows, Float32AboveTheThresholdTakesCublasWithTheSameResult) {
+TEST(FusedLinearCudaRows, AboveTheThresholdCublasGivesTheSameResult) {
   PERFORMER_REQUIRE_CUDA();
   torch::manual_seed(63);
   const torch::Tensor x = torch::randn({96, 512}).cuda();
@@ -92,14 +92,18 @@ TEST(FusedLinearCudaRows, Float32AboveTheThresholdTakesCublasWithTheSameResult) 
   o.bias = torch::randn({256}).cuda();
   o.norm_weight = torch::ones({512}).cuda();
   o.residual = torch::randn({96, 256}).cuda();
+  o.activation = FusedActivation::kGelu;
   const int64_t before = CudaFusedLinearMaxRows();
-  SetCudaFusedLinearMaxRows(1024);
-  const torch::Tensor own = FusedLinear(x, w, o);
-  SetCudaFusedLinearMaxRows(8);
-  const torch::Tensor cublas = FusedLinear(x, w, o);
-  SetCudaFusedLinearMaxRows(before);
-  EXPECT_TRUE(torch::allclose(own, cublas, 1e-4, 1e-4))
-      << "max |diff| " << (own - cublas).abs().max().item<float>();
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor wd = w.to(dtype);
+    SetCudaFusedLinearMaxRows(1024);
+    const torch::Tensor own = FusedLinear(x, wd, o);
+    SetCudaFusedLinearMaxRows(8);
+    const torch::Tensor cublas = FusedLinear(x, wd, o);
+    SetCudaFusedLinearMaxRows(before);
+    EXPECT_TRUE(torch::allclose(own, cublas, 1e-4, 1e-4))
+        << dtype << " max |diff| " << (own - cublas).abs().max().item<float>();
+  }
 }
 
 }  // namespace
