@@ -86,7 +86,7 @@ std::unique_ptr<Engine> MakeEngine(const models::LoadedModel& model, int64_t cac
   options.prefix_cache.interval_tokens = options.prefill_chunk_tokens;
   options.sessions.max_bytes = int64_t{1} << 30;
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder = server::RunOnComputeThread(
-      [&] { return decoding::CreateDecoder(model, absl::GetFlag(FLAGS_sessions), nullptr); });
+      [&] { return decoding::CreateDecoder(model, absl::GetFlag(FLAGS_sessions)); });
   if (!decoder.ok()) {
     std::fprintf(stderr, "%s\n", decoder.status().ToString().c_str());
     std::exit(1);

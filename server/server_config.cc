@@ -1,6 +1,7 @@
 #include "server/server_config.h"
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -113,6 +114,9 @@ ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
           "Largest gRPC message received or sent, 1 to 2147483647 bytes.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where models run: cpu, or cuda[:N] with a CUDA LibTorch (docs/gpu.md).");
+ABSL_FLAG(std::string, weight_dtype, "fp32",
+          "Dtype of the decode step's projection, feed-forward and output-head weights: fp32 or "
+          "bf16 (PerformerLM and PerformerEncDec; docs/serving.md).");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
 ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
 ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
@@ -443,6 +447,13 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.model_repository = absl::GetFlag(FLAGS_model_repository);
   config.default_model = absl::GetFlag(FLAGS_default_model);
   config.repository = RepositoryFromFlags();
+  const std::string weight_dtype = absl::GetFlag(FLAGS_weight_dtype);
+  const std::optional<models::WeightDtype> dtype = models::ParseWeightDtype(weight_dtype);
+  if (!dtype.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weight_dtype must be fp32 or bf16, got '", weight_dtype, "'"));
+  }
+  config.repository.decode_step.weight_dtype = *dtype;
   config.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   config.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
   config.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);

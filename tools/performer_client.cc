@@ -685,6 +685,10 @@ int RunInfo(const Client& client, const std::string& name) {
   std::printf("state_bytes_per_sequence: %lld (%s)\n",
               static_cast<long long>(m.state_bytes_per_sequence()),
               HumanBytes(m.state_bytes_per_sequence()).c_str());
+  if (!m.weight_dtype().empty()) {
+    std::printf("weights:                  %s, %lld (%s)\n", m.weight_dtype().c_str(),
+                static_cast<long long>(m.weight_bytes()), HumanBytes(m.weight_bytes()).c_str());
+  }
   std::printf("max_sequences:            %d\n", m.max_sequences());
   std::printf("active_sequences:         %d\n", m.active_sequences());
   std::printf("queued_requests:          %d\n", m.queued_requests());

@@ -10,6 +10,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include "kernels/fused_linear.h"
+
 namespace performer {
 
 torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x);
@@ -24,5 +26,14 @@ torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x
 // Same with a bare weight [out, in] (tied embeddings) and no bias.
 torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
                          const torch::Tensor& x);
+
+// The decode step's projection with its norm, activation and residual fused
+// in (kernels/fused_linear.h): the entry point models use for it.
+using kernels::FusedActivation;
+using kernels::FusedLinearOptions;
+inline torch::Tensor FusedLinearRows(const torch::Tensor& x, const torch::Tensor& weight,
+                                     const FusedLinearOptions& options) {
+  return kernels::FusedLinear(x, weight, options);
+}
 
 }  // namespace performer

@@ -29,17 +29,23 @@ absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model) 
   return DoesNotDecode(model);
 }
 
-absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(models::LoadedModel model,
-                                                               int64_t capacity,
-                                                               absl::Status* warnings) {
+absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
+    models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step,
+    absl::Status* warnings) {
   if (model.model_class == models::ModelClass::kFastTransformersLM) {
+    if (step.weight_dtype != models::WeightDtype::kFloat32) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "weight dtype ", models::WeightDtypeName(step.weight_dtype),
+          ": FastTransformersLM decodes with float32 weights only (PerformerLM and "
+          "PerformerEncDec take bf16); serve it with --weight_dtype=fp32"));
+    }
     absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> decoder =
         FastTransformersDecoder::Create(std::move(model), capacity);
     if (!decoder.ok()) return decoder.status();
     return std::unique_ptr<SequenceDecoder>(*std::move(decoder));
   }
   absl::StatusOr<std::unique_ptr<PerformerDecoder>> decoder =
-      PerformerDecoder::Create(std::move(model), capacity);
+      PerformerDecoder::Create(std::move(model), capacity, {true, step});
   if (!decoder.ok()) return decoder.status();
   if (warnings != nullptr) *warnings = (*decoder)->cuda_graphs_status();
   return std::unique_ptr<SequenceDecoder>(*std::move(decoder));

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/decoding/sequence_decoder.h"
+#include "core/models/decode_step_options.h"
 #include "core/models/model_folder.h"
 
 namespace performer::decoding {
@@ -18,10 +19,13 @@ namespace performer::decoding {
 // Exact state bytes of one sequence of `model`'s decoder, without building it.
 absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
 
-// A decoder of `capacity` slots; `warnings` (may be null) receives why an
-// optional speed-up is off (CUDA graphs that could not be captured).
-absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(models::LoadedModel model,
-                                                               int64_t capacity,
-                                                               absl::Status* warnings = nullptr);
+// A decoder of `capacity` slots whose step computes as `step` says
+// (core/models/decode_step_options.h); `warnings` (may be null) receives why
+// an optional speed-up is off (CUDA graphs that could not be captured).
+// FailedPrecondition for a weight dtype the model's class does not decode
+// with (FastTransformersLM: float32 only).
+absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
+    models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step = {},
+    absl::Status* warnings = nullptr);
 
 }  // namespace performer::decoding

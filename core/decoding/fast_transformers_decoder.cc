@@ -1,3 +1,4 @@
+#include "core/models/decode_weight.h"
 #include "core/decoding/fast_transformers_decoder.h"
 
 #include <torch/torch.h>
@@ -36,6 +37,9 @@ absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder
   info.vocab_size = model.ftlm->config().num_tokens;
   info.max_seq_len = model.ftlm->config().max_seq_len;
   info.capacity = capacity;
+  std::vector<torch::Tensor> weights = model.ftlm->parameters();
+  for (const torch::Tensor& t : model.ftlm->buffers()) weights.push_back(t);
+  info.weight_bytes = models::DistinctStorageBytes(weights);
   return std::unique_ptr<FastTransformersDecoder>(
       new FastTransformersDecoder(info, std::move(model), std::move(pool)));
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/token_ids.h"
+#include "core/models/decode_weight.h"
 
 namespace performer::decoding {
 
@@ -39,6 +40,15 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
   // Outside InferenceMode: the model's full forward (prefill, or a caller's
   // own forward with autograd) also reads the prepared rotary tables.
   decoder->PrepareForDecoding(options.step);
+  info.weight_dtype = models::WeightDtypeName(options.step.weight_dtype);
+  std::vector<torch::Tensor> weights;
+  const torch::nn::Module& root = model.model_class == models::ModelClass::kPerformerEncDec
+                                      ? static_cast<const torch::nn::Module&>(*model.encdec)
+                                      : static_cast<const torch::nn::Module&>(*model.lm);
+  for (const torch::Tensor& t : root.parameters()) weights.push_back(t);
+  for (const torch::Tensor& t : root.buffers()) weights.push_back(t);
+  decoder->AppendDecodeTensors(&weights);
+  info.weight_bytes = models::DistinctStorageBytes(weights);
   c10::InferenceMode guard;
   info.vocab_size = decoder->config().num_tokens;
   info.max_seq_len = decoder->config().position_limit();

@@ -41,6 +41,11 @@ struct DecoderInfo {
   // Steps of every live sequence replay a captured CUDA graph (GPU only;
   // decoding/cuda_step_graphs.h).
   bool cuda_graphs = false;
+  // The dtype of the decode step's projection weights ("fp32", "bf16":
+  // models::WeightDtypeName) and the bytes of all of the model's weights
+  // where it runs (parameters, buffers and decode copies, each storage once).
+  std::string weight_dtype = "fp32";
+  int64_t weight_bytes = 0;
 };
 
 struct PrefillRequest {

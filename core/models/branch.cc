@@ -151,12 +151,20 @@ void BranchImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   }
 }
 
+void BranchImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
+  if (is_attention()) {
+    attention_->AppendDecodeTensors(out);
+  } else {
+    feed_forward_->AppendDecodeTensors(out);
+  }
+}
+
 torch::Tensor BranchImpl::StepWithResidual(const torch::Tensor& x,
                                            const InterleavedRotary& rotary,
                                            const torch::Tensor& positions,
                                            torch::TensorList state) {
   TORCH_CHECK(fuses_step(), "Branch::StepWithResidual: this branch does not fuse its step");
-  kernels::FusedLinearOptions norm;
+  FusedLinearOptions norm;
   norm.norm_weight = norm_->weight;
   norm.norm_bias = norm_->bias;
   norm.norm_eps = norm_->options.eps();

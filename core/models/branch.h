@@ -66,6 +66,8 @@ class BranchImpl : public torch::nn::Module {
   // into the projections (kernels/fused_linear.h). Needs PrepareForDecoding.
   torch::Tensor StepWithResidual(const torch::Tensor& x, const InterleavedRotary& rotary,
                                  const torch::Tensor& positions, torch::TensorList state);
+  // Appends the tensors PrepareForDecoding made (for weight accounting).
+  void AppendDecodeTensors(std::vector<torch::Tensor>* out) const;
 
   bool is_attention() const { return !attention_.is_empty(); }
   bool is_cross() const { return is_attention() && attention_->options().cross; }

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <unordered_set>
+
 namespace performer::models {
 
 torch::Tensor DecodeWeight(const torch::Tensor& weight, WeightDtype dtype) {
@@ -13,6 +15,17 @@ torch::Tensor DecodeWeight(const torch::Tensor& weight, WeightDtype dtype) {
       break;
   }
   return weight.detach().contiguous();
+}
+
+int64_t DistinctStorageBytes(const std::vector<torch::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const c10::Storage& storage = t.storage();
+    if (seen.insert(storage.data()).second) bytes += static_cast<int64_t>(storage.nbytes());
+  }
+  return bytes;
 }
 
 }  // namespace performer::models

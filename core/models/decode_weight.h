@@ -5,10 +5,18 @@
 
 #include <torch/types.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "core/models/decode_step_options.h"
 
 namespace performer::models {
 
 torch::Tensor DecodeWeight(const torch::Tensor& weight, WeightDtype dtype);
+
+// Bytes of the distinct storages of `tensors` (undefined ones skipped): a
+// tensor that shares another's storage (a float32 decode weight and its
+// parameter) counts once.
+int64_t DistinctStorageBytes(const std::vector<torch::Tensor>& tensors);
 
 }  // namespace performer::models

@@ -34,18 +34,18 @@ void FeedForwardImpl::PrepareForDecoding(const DecodeStepOptions& options) {
 }
 
 torch::Tensor FeedForwardImpl::FusedStep(const torch::Tensor& x,
-                                         const kernels::FusedLinearOptions& norm) {
+                                         const FusedLinearOptions& norm) {
   TORCH_CHECK(step_w1_.defined(), "FeedForward::FusedStep needs PrepareForDecoding");
-  kernels::FusedLinearOptions first = norm;
+  FusedLinearOptions first = norm;
   first.bias = w1_->bias;
   // GELU fuses into w1 without GLU; with it, the halves multiply after.
-  if (!glu_) first.activation = kernels::FusedActivation::kGelu;
-  torch::Tensor h = kernels::FusedLinear(x, step_w1_, first);
+  if (!glu_) first.activation = FusedActivation::kGelu;
+  torch::Tensor h = FusedLinearRows(x, step_w1_, first);
   if (glu_) h = Activate(h).contiguous();
-  kernels::FusedLinearOptions second;
+  FusedLinearOptions second;
   second.bias = w2_->bias;
   second.residual = x;
-  return kernels::FusedLinear(h, step_w2_, second);
+  return FusedLinearRows(h, step_w2_, second);
 }
 
 }  // namespace performer::models

@@ -10,8 +10,10 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <vector>
+
+#include "core/attention/linear_rows.h"
 #include "core/models/decode_step_options.h"
-#include "kernels/fused_linear.h"
 
 namespace performer::models {
 
@@ -27,9 +29,13 @@ class FeedForwardImpl : public torch::nn::Module {
   // FusedStep (core/models/decode_step_options.h).
   void PrepareForDecoding(const DecodeStepOptions& options);
   // x + Step(norm(x)) for rows x [B, dim], with `norm` (the norm_* fields of
-  // a kernels::FusedLinearOptions, or none) fused into w1 and the residual
+  // a FusedLinearOptions, or none) fused into w1 and the residual
   // into w2 (kernels/fused_linear.h). Needs PrepareForDecoding.
-  torch::Tensor FusedStep(const torch::Tensor& x, const kernels::FusedLinearOptions& norm);
+  torch::Tensor FusedStep(const torch::Tensor& x, const FusedLinearOptions& norm);
+  // Appends the tensors PrepareForDecoding made (for weight accounting).
+  void AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
+    out->insert(out->end(), {step_w1_, step_w2_});
+  }
 
  private:
   torch::Tensor Activate(const torch::Tensor& h) const;

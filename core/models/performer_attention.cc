@@ -166,21 +166,21 @@ torch::Tensor PerformerAttentionImpl::Step(const torch::Tensor& x, const Interle
 }
 
 torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
-                                                const kernels::FusedLinearOptions& norm,
+                                                const FusedLinearOptions& norm,
                                                 const InterleavedRotary& rotary,
                                                 const torch::Tensor& positions,
                                                 torch::TensorList state) {
   TORCH_CHECK(step_qkv_weight_.defined(), "PerformerAttention::FusedStep needs PrepareForDecoding");
   const int64_t rows = x.size(0), inner = options_.heads * options_.dim_head;
-  kernels::FusedLinearOptions project = norm;
+  FusedLinearOptions project = norm;
   project.bias = qkv_bias_;
-  torch::Tensor qkv = kernels::FusedLinear(x, step_qkv_weight_, project)
+  torch::Tensor qkv = FusedLinearRows(x, step_qkv_weight_, project)
                           .view({rows, 3, options_.heads, options_.dim_head});
   torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
-  kernels::FusedLinearOptions merge;
+  FusedLinearOptions merge;
   if (options_.attn_out_bias) merge.bias = to_out_->bias;
   merge.residual = x;
-  return kernels::FusedLinear(out.reshape({rows, inner}), step_out_weight_, merge);
+  return FusedLinearRows(out.reshape({rows, inner}), step_out_weight_, merge);
 }
 
 torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,

@@ -20,12 +20,12 @@
 
 #include <vector>
 
+#include "core/attention/linear_rows.h"
 #include "core/attention/rotary.h"
 #include "core/attention/windowed_local_attention.h"
 #include "core/models/decode_step_options.h"
 #include "core/models/fast_attention.h"
 #include "core/recurrent/slot_state.h"
-#include "kernels/fused_linear.h"
 
 namespace performer::models {
 
@@ -89,10 +89,10 @@ class PerformerAttentionImpl : public torch::nn::Module {
   // options.weight_dtype for FusedStep. Call after the weights are loaded.
   void PrepareForDecoding(const DecodeStepOptions& options = {});
   // x + Step(norm(x)): Step with `norm` (the norm_* fields of a
-  // kernels::FusedLinearOptions, or none) fused into the q/k/v projection
+  // FusedLinearOptions, or none) fused into the q/k/v projection
   // and the residual into the output projection (kernels/fused_linear.h).
   // Needs PrepareForDecoding.
-  torch::Tensor FusedStep(const torch::Tensor& x, const kernels::FusedLinearOptions& norm,
+  torch::Tensor FusedStep(const torch::Tensor& x, const FusedLinearOptions& norm,
                           const InterleavedRotary& rotary, const torch::Tensor& positions,
                           torch::TensorList state);
 
@@ -100,6 +100,11 @@ class PerformerAttentionImpl : public torch::nn::Module {
   torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
   // Cross attention step: x [B, dim] against summaries [B, h, m', d + 1].
   torch::Tensor CrossStep(const torch::Tensor& x, const torch::Tensor& summary);
+
+  // Appends the tensors PrepareForDecoding made (for weight accounting).
+  void AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
+    out->insert(out->end(), {qkv_weight_, qkv_bias_, step_qkv_weight_, step_out_weight_});
+  }
 
   int64_t global_heads() const { return options_.heads - options_.local_heads; }
   const PerformerAttentionOptions& options() const { return options_; }

@@ -2,7 +2,6 @@
 
 #include "core/attention/linear_rows.h"
 #include "core/models/decode_weight.h"
-#include "kernels/fused_linear.h"
 
 namespace performer::models {
 
@@ -71,12 +70,12 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens,
   x = performer_->Step(x, rotary, positions, state);
   positions.add_(1);
   if (step_head_weight_.defined()) {
-    kernels::FusedLinearOptions head;
+    FusedLinearOptions head;
     head.norm_weight = norm_->weight;
     head.norm_bias = norm_->bias;
     head.norm_eps = norm_->options.eps();
     if (!config_.tie_embed) head.bias = to_out_->bias;
-    return kernels::FusedLinear(x, step_head_weight_, head);
+    return FusedLinearRows(x, step_head_weight_, head);
   }
   x = norm_(x);
   return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
@@ -124,6 +123,11 @@ void PerformerLMImpl::PrepareForDecoding(const DecodeStepOptions& options) {
     step_head_weight_ = DecodeWeight(config_.tie_embed ? token_emb_->weight : to_out_->weight,
                                      options.weight_dtype);
   }
+}
+
+void PerformerLMImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
+  out->push_back(step_head_weight_);
+  performer_->AppendDecodeTensors(out);
 }
 
 std::vector<std::vector<SlotTensorSpec>> PerformerLMImpl::SlotStateSpecs() const {

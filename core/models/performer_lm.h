@@ -82,6 +82,9 @@ class PerformerLMImpl : public torch::nn::Module {
   // the output head too). Call once after the weights are loaded; Step works without it,
   // only slower.
   void PrepareForDecoding(const DecodeStepOptions& options = {});
+  // Appends the tensors PrepareForDecoding made (for weight accounting:
+  // models::DistinctStorageBytes).
+  void AppendDecodeTensors(std::vector<torch::Tensor>* out) const;
 
   const PerformerLMConfig& config() const { return config_; }
   const torch::nn::Embedding& token_emb() const { return token_emb_; }

@@ -129,6 +129,13 @@ void PerformerStackImpl::PrepareForDecoding(const DecodeStepOptions& options, bo
   fused_step_ = fused && !config_.reversible;
 }
 
+void PerformerStackImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
+  for (const auto& [f, g] : pairs_) {
+    f->AppendDecodeTensors(out);
+    g->AppendDecodeTensors(out);
+  }
+}
+
 torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tensor& x,
                                               const InterleavedRotary& rotary,
                                               const torch::Tensor& positions,

@@ -56,6 +56,8 @@ class PerformerStackImpl : public torch::nn::Module {
   // with `fused`, Step then fuses the branches that can
   // (BranchImpl::fuses_step) in a sequential (not reversible) stack.
   void PrepareForDecoding(const DecodeStepOptions& options, bool fused);
+  // Appends the tensors PrepareForDecoding made (for weight accounting).
+  void AppendDecodeTensors(std::vector<torch::Tensor>* out) const;
 
   // Folds a context [b, m, dim] into the cross-attention summaries of `state` rows [b].
   void InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

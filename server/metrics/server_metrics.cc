@@ -239,6 +239,10 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
         "performer_engine_healthy",
         "1 unless work waits or runs and the engine completed no step within the liveness window",
         MetricType::Gauge);
+    MetricFamily weights = Family("performer_model_weight_bytes",
+                                  "Bytes of the model's weights where it runs (parameters, "
+                                  "buffers, decode copies), by decode weight dtype",
+                                  MetricType::Gauge);
     std::vector<MetricFamily> reuse;
     for (size_t i = 0; i < kStateReuseMetrics.size(); ++i) {
       const StateReuseMetric& m = kStateReuseMetrics[i];
@@ -262,6 +266,9 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
                  MetricType::Gauge, labels));
       healthy.metric.push_back(
           Sample(model->engine->Healthy(stall_) ? 1.0 : 0.0, MetricType::Gauge, labels));
+      const decoding::DecoderInfo& info = model->engine->info();
+      weights.metric.push_back(Sample(static_cast<double>(info.weight_bytes), MetricType::Gauge,
+                                      {{"model", model->name}, {"weight_dtype", info.weight_dtype}}));
       for (size_t i = 0; i < kStateReuseMetrics.size(); ++i) {
         const StateReuseMetric& m = kStateReuseMetrics[i];
         std::vector<ClientMetric::Label> with = labels;
@@ -270,7 +277,8 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
             Sample(static_cast<double>(m.value(stats)), m.type, with));
       }
     }
-    std::vector<MetricFamily> out = {active, free, queued, used, capacity, last_step, healthy};
+    std::vector<MetricFamily> out = {active, free,      queued, used,
+                                     capacity, last_step, healthy, weights};
     out.insert(out.end(), reuse.begin(), reuse.end());
     return out;
   }

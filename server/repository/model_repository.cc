@@ -129,10 +129,11 @@ absl::StatusOr<int64_t> Slots(const std::string& name, const models::LoadedModel
 
 // The model's decoder over `slots` state slots, warmed up.
 absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> WarmDecoder(
-    const std::string& name, const models::LoadedModel& model, int64_t slots) {
+    const std::string& name, const models::LoadedModel& model, int64_t slots,
+    const models::DecodeStepOptions& step) {
   absl::Status speedups;
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
-      decoding::CreateDecoder(model, slots, &speedups);
+      decoding::CreateDecoder(model, slots, step, &speedups);
   if (!decoder.ok()) return decoder.status();
   if (!speedups.ok()) {
     LogEvent(spdlog::level::warn, "CUDA graphs unavailable: decode steps run eagerly",
@@ -169,7 +170,7 @@ absl::Status HostDecoder(const models::LoadedModel& model, const RepositoryOptio
   absl::StatusOr<int64_t> slots = Slots(hosted.name, model, options);
   if (!slots.ok()) return slots.status();
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
-      WarmDecoder(hosted.name, model, *slots);
+      WarmDecoder(hosted.name, model, *slots, options.decode_step);
   if (!decoder.ok()) return decoder.status();
   hosted.vocab_size = (*decoder)->info().vocab_size;
   hosted.max_sequence_length = (*decoder)->info().max_seq_len;
@@ -296,6 +297,8 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Load(
           {"state_bytes_per_sequence", (*model)->engine->info().state_bytes_per_sequence});
       fields.push_back({"slots", (*model)->engine->info().capacity});
       fields.push_back({"cuda_graphs", (*model)->engine->info().cuda_graphs});
+      fields.push_back({"weight_dtype", (*model)->engine->info().weight_dtype});
+      fields.push_back({"weight_bytes", (*model)->engine->info().weight_bytes});
     }
     fields.push_back({"load_seconds", (*model)->load_seconds});
     LogEngineEvent("load", (*model)->name, fields);

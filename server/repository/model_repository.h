@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/models/decode_step_options.h"
 #include "server/engine/engine.h"
 #include "server/repository/generation_config.h"
 #include "server/tokenizer/tokenizer.h"
@@ -35,6 +36,9 @@ struct RepositoryOptions {
   // Where the weights, the state pools and the decode steps live: "cpu" or
   // "cuda[:N]" (needs a LibTorch with CUDA; main.cc checks that first).
   std::string device = "cpu";
+  // How each model's decode step computes (--weight_dtype;
+  // core/models/decode_step_options.h).
+  models::DecodeStepOptions decode_step;
   EngineOptions engine;
   // A model folder that fails to load: false = Load fails naming it (the
   // server refuses to start); true = the failure is logged and recorded

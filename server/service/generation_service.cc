@@ -119,6 +119,8 @@ void FillModelInfo(const HostedModel& model, v1::ModelInfo* info) {
   if (model.engine) {
     const EngineStats stats = model.engine->Stats();
     info->set_state_bytes_per_sequence(model.engine->info().state_bytes_per_sequence);
+    info->set_weight_dtype(model.engine->info().weight_dtype);
+    info->set_weight_bytes(model.engine->info().weight_bytes);
     info->set_max_sequences(static_cast<int32_t>(stats.capacity));
     info->set_active_sequences(static_cast<int32_t>(stats.active));
     info->set_queued_requests(static_cast<int32_t>(stats.queued));

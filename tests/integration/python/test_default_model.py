@@ -57,6 +57,11 @@ class DefaultModelTest(harness.ServerTestCase):
         self.assertEqual(info.tokenizer, "byte")
         self.assertEqual(info.vocab_size, 256)
         self.assertGreater(info.state_bytes_per_sequence, 0)
+        # float32 weights by default: 1,875,328 parameters of 4 bytes, the
+        # buffers and the decode step's fused q/k/v copy.
+        self.assertEqual(info.weight_dtype, "fp32")
+        self.assertGreater(info.weight_bytes, 1875328 * 4)
+        self.assertLess(info.weight_bytes, 1875328 * 4 * 2)
 
     def test_shipped_weights_are_bf16(self):
         path = os.path.join(REPO_MODELS, MODEL, "weights.safetensors")
@@ -67,28 +72,70 @@ class DefaultModelTest(harness.ServerTestCase):
         self.assertLess(os.path.getsize(path), 8 << 20)
 
     def test_continuations_are_english_words(self):
-        if not os.path.isdir(FORTUNES_DIR):
-            self.fail("%s is missing: apt-get install fortunes (tools/install_deps.sh)"
-                      % FORTUNES_DIR)
-        vocabulary = corpus_words()
-        generated = []
-        for prompt, seed in (("The meaning of life is", 1), ("A programmer", 2),
-                             ("Never trust a man who", 3), ("Q: Why did the chicken", 4)):
-            reply = self.stub.Generate(
-                pb.GenerateRequest(prompt_text=prompt, max_new_tokens=160, seed=seed),
-                timeout=60)
-            self.assertEqual(reply.usage.generated_tokens, 160)
-            generated.append(reply.text)
-        text = " ".join(generated)
-        # Letters, spaces and punctuation, as the corpus: not arbitrary bytes.
-        printable = sum(1 for c in text if c.isprintable() or c in "\n\t")
-        self.assertGreater(printable / len(text), 0.97, repr(text))
-        words = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
-        self.assertGreater(len(words), 60, repr(text))
-        known = sum(1 for w in words if w in vocabulary)
-        # An untrained byte model scores ~0 here; a character model that
-        # learned English spells most of its words right.
-        self.assertGreater(known / len(words), 0.75, repr(text))
+        check_english_continuations(self)
+
+
+def check_english_continuations(test):
+    """Sampled continuations of four prompts are mostly corpus words."""
+    if not os.path.isdir(FORTUNES_DIR):
+        test.fail("%s is missing: apt-get install fortunes (tools/install_deps.sh)"
+                  % FORTUNES_DIR)
+    vocabulary = corpus_words()
+    generated = []
+    for prompt, seed in (("The meaning of life is", 1), ("A programmer", 2),
+                         ("Never trust a man who", 3), ("Q: Why did the chicken", 4)):
+        reply = test.stub.Generate(
+            pb.GenerateRequest(prompt_text=prompt, max_new_tokens=160, seed=seed),
+            timeout=60)
+        test.assertEqual(reply.usage.generated_tokens, 160)
+        generated.append(reply.text)
+    text = " ".join(generated)
+    # Letters, spaces and punctuation, as the corpus: not arbitrary bytes.
+    printable = sum(1 for c in text if c.isprintable() or c in "\n\t")
+    test.assertGreater(printable / len(text), 0.97, repr(text))
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
+    test.assertGreater(len(words), 60, repr(text))
+    known = sum(1 for w in words if w in vocabulary)
+    # An untrained byte model scores ~0 here; a character model that
+    # learned English spells most of its words right.
+    test.assertGreater(known / len(words), 0.75, repr(text))
+
+
+class Bf16WeightsTest(harness.ServerTestCase):
+    """--weight_dtype=bf16: the decode step's projections in bf16."""
+    NAME = "bf16_weights"
+    FLAGS = ("--max_batch=4", "--weight_dtype=bf16")
+
+    @classmethod
+    def repository_dir(cls):
+        return REPO_MODELS
+
+    def test_reported_and_counted(self):
+        info = self.stub.GetModel(pb.GetModelRequest(name=MODEL), timeout=10)
+        self.assertEqual(info.weight_dtype, "bf16")
+        # The float32 parameters (the prompt forward's) and the bf16 decode
+        # copies of the projections.
+        self.assertGreater(info.weight_bytes, 1875328 * 4)
+
+    def test_continuations_are_english_words(self):
+        check_english_continuations(self)
+
+    def test_greedy_streamed_equals_unary(self):
+        request = pb.GenerateRequest(prompt_text="A programmer", max_new_tokens=48,
+                                     temperature=0.0)
+        tokens = []
+        for message in self.stub.GenerateStream(request, timeout=60):
+            tokens += list(message.token_ids)
+        self.assertEqual(len(tokens), 48)
+        self.assertEqual(list(self.stub.Generate(request, timeout=60).token_ids), tokens)
+
+    def test_an_unknown_dtype_is_refused_at_start(self):
+        result = subprocess.run([harness.server_binary(), "--weight_dtype=int4",
+                                 "--model_repository=" + REPO_MODELS, "--port=0",
+                                 "--metrics_port=-1"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 2, result.stderr[-2000:])
+        self.assertIn("--weight_dtype must be fp32 or bf16, got 'int4'", result.stderr)
 
 
 class UntrainedBytesTest(harness.ServerTestCase):

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <string>
+
 #include "kernels/fused_linear.h"
 #include "tests/testing/cuda_device.h"
 
@@ -69,7 +72,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCudaTest,
                          ::testing::Values(FusedShape{1, 512, 1536}, FusedShape{2, 512, 512},
                                            FusedShape{3, 100, 37}, FusedShape{8, 2048, 512},
                                            FusedShape{13, 512, 2048}, FusedShape{64, 64, 256},
-                                           FusedShape{257, 520, 33}, FusedShape{5, 8000, 9}));
+                                           FusedShape{257, 520, 33}, FusedShape{5, 8000, 9}),
+                         [](const ::testing::TestParamInfo<FusedShape>& info) {
+                           return "rows" + std::to_string(info.param.rows) + "_in" +
+                                  std::to_string(info.param.in) + "_out" +
+                                  std::to_string(info.param.out);
+                         });
 
 TEST(FusedLinearCudaRepeat, RepeatedCallsAreIdentical) {
   PERFORMER_REQUIRE_CUDA();
