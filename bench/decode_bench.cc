@@ -13,11 +13,12 @@
 //      sgemm rate measured in the same run: efficiency = tokens/s x FLOPs per
 //      token / sgemm FLOP/s.
 //
-// Usage: decode_bench [--threads N] [--reforward-tokens K] (default all
-// cores, 512). Prints a markdown report. --profile B only runs 300 steps at
-// batch B (to look at with perf); --profile_prefill L only prefills an
-// L-token prompt; --profile_forward N only runs the model's forward of N
-// 16-token prompts as one batch.
+// Usage: decode_bench [--threads N] [--reforward-tokens K] [--weight_dtype D]
+// (default all cores, 512, fp32; D = fp32 or bf16: the decode step's weights,
+// core/models/decode_step_options.h; flags also as --name=value). Prints a markdown report.
+// --profile B only runs 300 steps at batch B (to look at with perf); --profile_prefill L only
+// prefills an L-token prompt; --profile_forward N only runs the model's forward of N 16-token
+// prompts as one batch.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -26,10 +27,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "bench/bench_model.h"
 #include "core/decoding/performer_decoder.h"
+#include "core/models/decode_step_options.h"
 #include "core/models/performer_lm.h"
 #include "core/runtime/torch_runtime.h"
 
@@ -41,6 +45,9 @@ using bench::BenchModel;
 using bench::Median;
 using bench::RandomTokens;
 using Clock = std::chrono::steady_clock;
+
+// --weight_dtype: how every decoder of this run steps.
+decoding::PerformerDecoderOptions decoder_options;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -74,7 +81,7 @@ double MeasureSgemmFlops() {
 // --profile B: only 300 steps at batch B (for perf record).
 int Profile(int threads, int64_t batch) {
   ConfigureTorchRuntime(threads);
-  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(), batch);
+  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(), batch, decoder_options);
   std::vector<decoding::SequenceId> ids;
   for (int64_t i = 0; i < batch; ++i) {
     ids.push_back(*decoder->Create());
@@ -93,7 +100,7 @@ int Profile(int threads, int64_t batch) {
 // record).
 int ProfilePrefill(int threads, int64_t length) {
   ConfigureTorchRuntime(threads);
-  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(), 1);
+  auto decoder = *decoding::PerformerDecoder::Create(BenchModel(), 1, decoder_options);
   const decoding::PrefillRequest prompt{RandomTokens(length, 256), {}, {}};
   auto run = [&] {
     const decoding::SequenceId id = *decoder->Create();
@@ -132,12 +139,13 @@ int Run(int threads, int64_t reforward_tokens) {
   models::LoadedModel model = BenchModel();
   models::PerformerLM lm = model.lm;
   const models::PerformerLMConfig config = BenchConfig();
-  auto decoder = *decoding::PerformerDecoder::Create(model, 64);
+  auto decoder = *decoding::PerformerDecoder::Create(model, 64, decoder_options);
   const int64_t state_bytes = decoder->info().state_bytes_per_sequence;
   const int64_t kv_bytes_per_token = 2 * config.depth * config.heads * 64 * 4;
 
   // 1. Flat per-token time. The three sequences are stepped in turn, so
   // that machine noise spreads evenly over the positions.
+  std::printf("decode weights: %s\n\n", models::WeightDtypeName(decoder_options.step.weight_dtype));
   std::printf("## Time per decoded token vs position (batch 1)\n\n");
   std::printf(
       "| position | prefill s | step ms (median of 64) | vs pos 64 | state bytes | softmax KV "
@@ -251,7 +259,32 @@ int main(int argc, char** argv) {
   int64_t profile_batch = 0;
   int64_t profile_prefill = 0;
   int64_t profile_forward = 0;
+  // --name=value is --name value.
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args.push_back(arg.substr(0, eq));
+      args.push_back(arg.substr(eq + 1));
+    } else {
+      args.push_back(arg);
+    }
+  }
+  std::vector<char*> pointers = {argv[0]};
+  for (std::string& a : args) pointers.push_back(a.data());
+  argc = static_cast<int>(pointers.size());
+  argv = pointers.data();
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--weight_dtype") == 0) {
+      const std::optional<performer::models::WeightDtype> dtype =
+          performer::models::ParseWeightDtype(argv[i + 1]);
+      if (!dtype.has_value()) {
+        std::fprintf(stderr, "--weight_dtype must be fp32 or bf16, got '%s'\n", argv[i + 1]);
+        return 2;
+      }
+      performer::decoder_options.step.weight_dtype = *dtype;
+    }
     if (std::strcmp(argv[i], "--profile") == 0) profile_batch = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--profile_prefill") == 0) profile_prefill = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--profile_forward") == 0) profile_forward = std::atoll(argv[i + 1]);

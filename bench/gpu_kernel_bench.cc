@@ -130,9 +130,8 @@ void FusedProjectionTable(double copy) {
     const double own = timed(fp32, x, 1 << 20), cublas = timed(fp32, x, 0);
     const double half = timed(bf16, x, 1 << 20), half_cublas = timed(bf16, x, 0);
     std::printf("| B = %ld | %.1f us | %.0f%% | %.1f us | %.1f us | %.0f%% | %.1f us | %.2fx |\n",
-                static_cast<long>(batch), own * 1e6, 100.0 * 4 * params / own / copy,
-                cublas * 1e6, half * 1e6, 100.0 * 2 * params / half / copy, half_cublas * 1e6,
-                own / half);
+                static_cast<long>(batch), own * 1e6, 100.0 * 4 * params / own / copy, cublas * 1e6,
+                half * 1e6, 100.0 * 2 * params / half / copy, half_cublas * 1e6, own / half);
   }
 }
 

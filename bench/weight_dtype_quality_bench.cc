@@ -10,13 +10,15 @@
 //   * with --validation=FILE (text; the held-out tail of docs/training.md's
 //     corpus): bits per byte of the first --validation_bytes bytes, fed
 //     through the decode step with teacher forcing (each byte's logits from
-//     the step before it), for each dtype.
+//     the step before it; windows of the model's max_seq_len), for each
+//     dtype.
 //
 // Usage: weight_dtype_quality_bench [--device=cpu|cuda] [--model=DIR]
 //        [--prompt_text=FILE] [--validation=FILE] [--validation_bytes=N]
 // Prints Markdown tables.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -55,9 +57,8 @@ std::vector<Variant> Variants() {
   fused.fused = true;
   models::DecodeStepOptions bf16;
   bf16.weight_dtype = models::WeightDtype::kBFloat16;
-  return {{"fp32, separate ops (reference)", separate},
-          {"fp32, fused", fused},
-          {"bf16, fused", bf16}};
+  return {
+      {"fp32, separate ops (reference)", separate}, {"fp32, fused", fused}, {"bf16, fused", bf16}};
 }
 
 std::string ReadFile(const std::string& path) {
@@ -114,7 +115,8 @@ std::vector<std::vector<int64_t>> Greedy(const models::DecodeStepOptions& step,
   }
   std::vector<std::vector<int64_t>> out(kPrompts);
   for (int64_t t = 0; t < kNewTokens; ++t) {
-    for (int64_t p = 0; p < kPrompts; ++p) out[static_cast<size_t>(p)].push_back(next[static_cast<size_t>(p)]);
+    for (int64_t p = 0; p < kPrompts; ++p)
+      out[static_cast<size_t>(p)].push_back(next[static_cast<size_t>(p)]);
     if (t + 1 == kNewTokens) break;
     const torch::Tensor logits = OrDie(decoder->Step(ids, next));
     const torch::Tensor best = logits.argmax(-1);
@@ -123,19 +125,28 @@ std::vector<std::vector<int64_t>> Greedy(const models::DecodeStepOptions& step,
   return out;
 }
 
-// Bits per byte of `text` through the decode step (teacher forcing).
+// Bits per byte of `text` through the decode step (teacher forcing), in
+// windows of the model's max_seq_len, each a sequence of its own (its first
+// byte is not scored).
 double BitsPerByte(const models::DecodeStepOptions& step, const std::string& text) {
   auto decoder = MakeDecoder(step, 1);
-  const decoding::SequenceId id = OrDie(decoder->Create());
-  torch::Tensor logits =
-      OrDie(decoder->Prefill(id, {{static_cast<unsigned char>(text[0])}, {}, {}}));
+  const auto window = static_cast<size_t>(decoder->info().max_seq_len);
   double nats = 0;
-  for (size_t i = 1; i < text.size(); ++i) {
-    const int64_t byte = static_cast<unsigned char>(text[i]);
-    nats -= torch::log_softmax(logits.to(torch::kDouble), -1)[byte].item<double>();
-    if (i + 1 < text.size()) logits = OrDie(decoder->Step({id}, {byte}))[0];
+  size_t scored = 0;
+  for (size_t begin = 0; begin + 1 < text.size(); begin += window) {
+    const size_t end = std::min(text.size(), begin + window);
+    const decoding::SequenceId id = OrDie(decoder->Create());
+    torch::Tensor logits =
+        OrDie(decoder->Prefill(id, {{static_cast<unsigned char>(text[begin])}, {}, {}}));
+    for (size_t i = begin + 1; i < end; ++i) {
+      const int64_t byte = static_cast<unsigned char>(text[i]);
+      nats -= torch::log_softmax(logits.to(torch::kDouble), -1)[byte].item<double>();
+      ++scored;
+      if (i + 1 < end) logits = OrDie(decoder->Step({id}, {byte}))[0];
+    }
+    if (!decoder->Release(id).ok()) std::exit(1);
   }
-  return nats / std::log(2.0) / static_cast<double>(text.size() - 1);
+  return nats / std::log(2.0) / static_cast<double>(scored);
 }
 
 int Main() {

@@ -19,8 +19,8 @@ std::atomic<int64_t> cuda_max_rows{kDefaultCudaFusedLinearMaxRows};
 // elements.
 torch::Tensor Operand(const torch::Tensor& t, int64_t numel, const char* name) {
   if (!t.defined()) return t;
-  TORCH_CHECK(t.numel() == numel, "FusedLinear: ", name, " must have ", numel,
-              " elements, got ", t.sizes());
+  TORCH_CHECK(t.numel() == numel, "FusedLinear: ", name, " must have ", numel, " elements, got ",
+              t.sizes());
   return t.to(torch::kFloat).contiguous();
 }
 
@@ -30,17 +30,17 @@ void SetCudaFusedLinearMaxRows(int64_t rows) { cuda_max_rows.store(rows); }
 int64_t CudaFusedLinearMaxRows() { return cuda_max_rows.load(); }
 
 bool FusedLinearSupported(const torch::Tensor& weight) {
-  const bool dtype = weight.scalar_type() == torch::kFloat ||
-                     weight.scalar_type() == torch::kBFloat16;
+  const bool dtype =
+      weight.scalar_type() == torch::kFloat || weight.scalar_type() == torch::kBFloat16;
   return dtype && (weight.device().is_cpu() || (weight.is_cuda() && PERFORMER_CUDA_KERNELS != 0));
 }
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const FusedLinearOptions& options) {
-  CheckKernelDevice("FusedLinear", x,
-                    {&weight, &options.bias, &options.norm_weight, &options.norm_bias,
-                     &options.residual},
-                    /*cuda_kernel=*/true);
+  CheckKernelDevice(
+      "FusedLinear", x,
+      {&weight, &options.bias, &options.norm_weight, &options.norm_bias, &options.residual},
+      /*cuda_kernel=*/true);
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
               "FusedLinear: expected x (rows, in) and weight (out, in), got ", x.sizes(), " and ",
               weight.sizes());

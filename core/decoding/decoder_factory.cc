@@ -34,10 +34,10 @@ absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
     absl::Status* warnings) {
   if (model.model_class == models::ModelClass::kFastTransformersLM) {
     if (step.weight_dtype != models::WeightDtype::kFloat32) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "weight dtype ", models::WeightDtypeName(step.weight_dtype),
-          ": FastTransformersLM decodes with float32 weights only (PerformerLM and "
-          "PerformerEncDec take bf16); serve it with --weight_dtype=fp32"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("weight dtype ", models::WeightDtypeName(step.weight_dtype),
+                       ": FastTransformersLM decodes with float32 weights only (PerformerLM and "
+                       "PerformerEncDec take bf16); serve it with --weight_dtype=fp32"));
     }
     absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> decoder =
         FastTransformersDecoder::Create(std::move(model), capacity);

@@ -1,9 +1,9 @@
-#include "core/models/decode_weight.h"
 #include "core/decoding/fast_transformers_decoder.h"
 
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/models/decode_weight.h"
 
 namespace performer::decoding {
 namespace {

@@ -159,8 +159,7 @@ void BranchImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
   }
 }
 
-torch::Tensor BranchImpl::StepWithResidual(const torch::Tensor& x,
-                                           const InterleavedRotary& rotary,
+torch::Tensor BranchImpl::StepWithResidual(const torch::Tensor& x, const InterleavedRotary& rotary,
                                            const torch::Tensor& positions,
                                            torch::TensorList state) {
   TORCH_CHECK(fuses_step(), "Branch::StepWithResidual: this branch does not fuse its step");

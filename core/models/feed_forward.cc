@@ -33,8 +33,7 @@ void FeedForwardImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   step_w2_ = DecodeWeight(w2_->weight, options.weight_dtype);
 }
 
-torch::Tensor FeedForwardImpl::FusedStep(const torch::Tensor& x,
-                                         const FusedLinearOptions& norm) {
+torch::Tensor FeedForwardImpl::FusedStep(const torch::Tensor& x, const FusedLinearOptions& norm) {
   TORCH_CHECK(step_w1_.defined(), "FeedForward::FusedStep needs PrepareForDecoding");
   FusedLinearOptions first = norm;
   first.bias = w1_->bias;

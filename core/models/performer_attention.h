@@ -129,9 +129,9 @@ class PerformerAttentionImpl : public torch::nn::Module {
   FastAttention fast_attention_{nullptr};
   WindowedLocalAttention local_attn_{nullptr};
   torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
-  torch::Tensor qkv_weight_, qkv_bias_;  // PrepareForDecoding
+  torch::Tensor qkv_weight_, qkv_bias_;              // PrepareForDecoding
   torch::Tensor step_qkv_weight_, step_out_weight_;  // PrepareForDecoding, weight_dtype
-  size_t fast_state_tensors_ = 0;        // of the global heads, first in the state
+  size_t fast_state_tensors_ = 0;                    // of the global heads, first in the state
 };
 TORCH_MODULE(PerformerAttention);
 

@@ -20,8 +20,8 @@ torch::Tensor FusedLinearForward(const torch::Tensor& x, const torch::Tensor& we
     // LinearBf16 reads.
     y = torch::empty({rows, out}, x.options());
     LinearBf16(h.data_ptr<float>(), reinterpret_cast<const uint16_t*>(weight.data_ptr()),
-               o.bias.defined() ? o.bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), rows,
-               in, out);
+               o.bias.defined() ? o.bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), rows, in,
+               out);
   } else {
     y = SkinnyLinearForward(h, weight, o.bias);
   }

@@ -216,8 +216,7 @@ const char* LaunchVector(const FusedLinearArgs& a, cudaStream_t stream) {
 template <typename W>
 const char* LaunchWeights(const FusedLinearArgs& a, cudaStream_t stream) {
   constexpr int64_t kWidth = Vector<W>::kWidth;
-  const bool vector =
-      a.in % kWidth == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  const bool vector = a.in % kWidth == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   return vector ? LaunchVector<W, true>(a, stream) : LaunchVector<W, false>(a, stream);
 }
 
@@ -227,7 +226,7 @@ const char* FusedLinearForward(const FusedLinearArgs& a, void* stream) {
   if (a.rows == 0 || a.out == 0) return nullptr;
   const auto s = static_cast<cudaStream_t>(stream);
   return a.weight_type == FusedWeightType::kBFloat16 ? LaunchWeights<__nv_bfloat16>(a, s)
-                                                      : LaunchWeights<float>(a, s);
+                                                     : LaunchWeights<float>(a, s);
 }
 
 }  // namespace performer::kernels::cuda

@@ -267,8 +267,9 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
       healthy.metric.push_back(
           Sample(model->engine->Healthy(stall_) ? 1.0 : 0.0, MetricType::Gauge, labels));
       const decoding::DecoderInfo& info = model->engine->info();
-      weights.metric.push_back(Sample(static_cast<double>(info.weight_bytes), MetricType::Gauge,
-                                      {{"model", model->name}, {"weight_dtype", info.weight_dtype}}));
+      weights.metric.push_back(
+          Sample(static_cast<double>(info.weight_bytes), MetricType::Gauge,
+                 {{"model", model->name}, {"weight_dtype", info.weight_dtype}}));
       for (size_t i = 0; i < kStateReuseMetrics.size(); ++i) {
         const StateReuseMetric& m = kStateReuseMetrics[i];
         std::vector<ClientMetric::Label> with = labels;
@@ -277,7 +278,7 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
             Sample(static_cast<double>(m.value(stats)), m.type, with));
       }
     }
-    std::vector<MetricFamily> out = {active, free,      queued, used,
+    std::vector<MetricFamily> out = {active,   free,      queued,  used,
                                      capacity, last_step, healthy, weights};
     out.insert(out.end(), reuse.begin(), reuse.end());
     return out;

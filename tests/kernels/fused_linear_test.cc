@@ -30,8 +30,8 @@ Operands MakeOperands(int64_t rows, int64_t in, int64_t out) {
 // (float32), gelu, residual add.
 torch::Tensor Reference(const Operands& o, const torch::Tensor& weight, bool norm, bool gelu,
                         bool residual) {
-  torch::Tensor h = norm ? at::layer_norm(o.x, {o.x.size(1)}, o.norm_weight, o.norm_bias, 1e-5)
-                         : o.x;
+  torch::Tensor h =
+      norm ? at::layer_norm(o.x, {o.x.size(1)}, o.norm_weight, o.norm_bias, 1e-5) : o.x;
   torch::Tensor y = SkinnyLinear(h.contiguous(), weight, o.bias);
   if (gelu) y = torch::gelu(y);
   return residual ? o.residual + y : y;
@@ -84,8 +84,8 @@ TEST(FusedLinearTest, ARowDoesNotDependOnTheOthers) {
   const Operands o = MakeOperands(24, 64, 48);
   for (const torch::Tensor& weight : {o.weight, o.weight.to(torch::kBFloat16)}) {
     const torch::Tensor all = FusedLinear(o.x, weight, Options(o, true, true, true));
-    const Operands one{o.x.narrow(0, 7, 1), o.weight, o.bias, o.norm_weight, o.norm_bias,
-                       o.residual.narrow(0, 7, 1)};
+    const Operands one{o.x.narrow(0, 7, 1), o.weight,    o.bias,
+                       o.norm_weight,       o.norm_bias, o.residual.narrow(0, 7, 1)};
     const torch::Tensor alone = FusedLinear(one.x, weight, Options(one, true, true, true));
     EXPECT_TRUE(torch::equal(alone, all.narrow(0, 7, 1))) << weight.scalar_type();
   }

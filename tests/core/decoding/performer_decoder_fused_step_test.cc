@@ -59,7 +59,8 @@ void StepBoth(PerformerDecoder& a, PerformerDecoder& b, int64_t vocab,
   for (int step = 0; step < 10; ++step) {
     const size_t count = step < 7 ? 3 : 1;  // then a subset (rows gathered)
     std::vector<int64_t> tokens;
-    for (size_t i = 0; i < count; ++i) tokens.push_back((step * 5 + static_cast<int64_t>(i)) % vocab);
+    for (size_t i = 0; i < count; ++i)
+      tokens.push_back((step * 5 + static_cast<int64_t>(i)) % vocab);
     const std::vector<SequenceId> sa(ia.begin(), ia.begin() + static_cast<int64_t>(count));
     const std::vector<SequenceId> sb(ib.begin(), ib.begin() + static_cast<int64_t>(count));
     absl::StatusOr<torch::Tensor> x = a.Step(sa, tokens), y = b.Step(sb, tokens);
