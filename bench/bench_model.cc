@@ -43,4 +43,13 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+std::vector<DecodeStepVariant> DecodeStepVariants() {
+  std::vector<DecodeStepVariant> variants = {
+      {"fp32, separate ops (reference)", {}}, {"fp32, fused", {}}, {"bf16, fused", {}}};
+  variants[0].step.fused = false;
+  variants[1].step.fused = true;
+  variants[2].step.weight_dtype = models::WeightDtype::kBFloat16;
+  return variants;
+}
+
 }  // namespace performer::bench

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/models/decode_step_options.h"
 #include "core/models/model_folder.h"
 #include "core/models/performer_config.h"
 
@@ -20,5 +21,14 @@ models::LoadedModel BenchModel(const models::PerformerLMConfig& config = BenchCo
 std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab);
 
 double Median(std::vector<double> values);
+
+// The decode steps the benchmarks compare (core/models/decode_step_options.h),
+// in this order: float32 separate ops (the reference), float32 fused, bf16
+// fused.
+struct DecodeStepVariant {
+  const char* name;
+  models::DecodeStepOptions step;
+};
+std::vector<DecodeStepVariant> DecodeStepVariants();
 
 }  // namespace performer::bench

@@ -141,12 +141,10 @@ void FusedStepTable(const torch::Device& cuda, const models::LoadedModel& model,
       "read / step (MB) | bf16 of copy bandwidth | fp32 of copy bandwidth |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n",
       converted / 2e6, weight_bytes / 1e6);
-  models::DecodeStepOptions separate_ops;
-  separate_ops.fused = false;
-  models::DecodeStepOptions fp32;
-  fp32.fused = true;
-  models::DecodeStepOptions bf16;
-  bf16.weight_dtype = models::WeightDtype::kBFloat16;
+  const std::vector<bench::DecodeStepVariant> variants = bench::DecodeStepVariants();
+  const models::DecodeStepOptions& separate_ops = variants[0].step;
+  const models::DecodeStepOptions& fp32 = variants[1].step;
+  const models::DecodeStepOptions& bf16 = variants[2].step;
   for (int64_t batch : {1, 8, 64, 256}) {
     const StepTiming separate = TimeSteps(cuda, batch, steps, true, separate_ops);
     const StepTiming fused = TimeSteps(cuda, batch, steps, true, fp32);

@@ -28,6 +28,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/bench_model.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/decode_step_options.h"
 #include "core/models/model_folder.h"
@@ -44,22 +45,6 @@ namespace {
 constexpr int64_t kPrompts = 64;
 constexpr int64_t kPromptBytes = 16;
 constexpr int64_t kNewTokens = 128;
-
-struct Variant {
-  const char* name;
-  models::DecodeStepOptions step;
-};
-
-std::vector<Variant> Variants() {
-  models::DecodeStepOptions separate;
-  separate.fused = false;
-  models::DecodeStepOptions fused;
-  fused.fused = true;
-  models::DecodeStepOptions bf16;
-  bf16.weight_dtype = models::WeightDtype::kBFloat16;
-  return {
-      {"fp32, separate ops (reference)", separate}, {"fp32, fused", fused}, {"bf16, fused", bf16}};
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -158,9 +143,9 @@ int Main() {
       "| step | greedy tokens equal to fp32 (of %ld) | identical continuations (of %ld) |\n"
       "|---|---|---|\n",
       static_cast<long>(kPrompts * kNewTokens), static_cast<long>(kPrompts));
-  const std::vector<Variant> variants = Variants();
+  const std::vector<bench::DecodeStepVariant> variants = bench::DecodeStepVariants();
   const auto reference = Greedy(variants[0].step, text);
-  for (const Variant& v : variants) {
+  for (const bench::DecodeStepVariant& v : variants) {
     const auto got = Greedy(v.step, text);
     int64_t equal = 0, identical = 0;
     for (size_t p = 0; p < got.size(); ++p) {
@@ -179,7 +164,7 @@ int Main() {
     std::printf("\n| step | bits per byte (%zu bytes) | vs fp32 |\n|---|---|---|\n",
                 validation.size());
     const double base = BitsPerByte(variants[0].step, validation);
-    for (const Variant& v : variants) {
+    for (const bench::DecodeStepVariant& v : variants) {
       const double bits = BitsPerByte(v.step, validation);
       std::printf("| %s | %.4f | %+.3f%% |\n", v.name, bits, 100.0 * (bits - base) / base);
     }
