@@ -134,6 +134,29 @@ INSTANTIATE_TEST_SUITE_P(
         FusedVariant{"reversible", [](PerformerLMConfig& c) { c.reversible = true; }}),
     [](const ::testing::TestParamInfo<FusedVariant>& info) { return info.param.name; });
 
+// weight_bytes counts each storage once: the float32 step shares the
+// parameters (the fused q/k/v matrix is its one copy), and bf16 adds exactly
+// its copies of the projections, feed-forwards and output head.
+TEST(DecodeStepOptionsTest, WeightBytesCountTheDecodeCopies) {
+  const PerformerLMConfig config = TinyLMConfig();  // dim 16, 2 x 8 heads, ff x4, vocab 23
+  DecodeStepOptions separate, fused, bf16;
+  separate.fused = false;
+  fused.fused = true;
+  bf16.weight_dtype = WeightDtype::kBFloat16;
+  auto a = Decoder(config, separate), b = Decoder(config, fused), c = Decoder(config, bf16);
+  models::LoadedModel model = RandomLM(config, 11);
+  int64_t parameters = 0;
+  for (const torch::Tensor& t : model.lm->parameters()) parameters += t.numel() * 4;
+  for (const torch::Tensor& t : model.lm->buffers()) parameters += t.numel() * t.element_size();
+  const int64_t qkv = 3 * 16 * 16, out = 16 * 16, w1 = 16 * 64, w2 = 64 * 16, head = 23 * 16;
+  EXPECT_EQ(a->info().weight_bytes, parameters + config.depth * qkv * 4);
+  EXPECT_EQ(b->info().weight_bytes, a->info().weight_bytes);
+  EXPECT_EQ(c->info().weight_bytes,
+            a->info().weight_bytes + 2 * (config.depth * (qkv + out + w1 + w2) + head));
+  EXPECT_EQ(a->info().weight_dtype, "fp32");
+  EXPECT_EQ(c->info().weight_dtype, "bf16");
+}
+
 TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
   for (WeightDtype d : {WeightDtype::kFloat32, WeightDtype::kBFloat16}) {
     EXPECT_EQ(models::ParseWeightDtype(models::WeightDtypeName(d)), d);

@@ -3,6 +3,7 @@
 // for linear attention (elu and Favor features) and full softmax attention.
 #include "core/models/fast_transformers_lm.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -147,6 +148,25 @@ TEST(FastTransformersLMTest, StateBytesAreExact) {
   EXPECT_EQ((*decoder)->info().model_class, "FastTransformersLM");
   EXPECT_EQ((*decoder)->info().max_seq_len, kMaxSeqLen);
   EXPECT_EQ((*decoder)->info().vocab_size, kVocab);
+}
+
+TEST(FastTransformersLMTest, DecodesWithFloat32WeightsOnly) {
+  const LoadedModel model = Build(Config("causal-linear"), 3);
+  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
+      decoding::CreateDecoder(model, 2);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  EXPECT_EQ((*decoder)->info().weight_dtype, "fp32");
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : model.ftlm->parameters()) bytes += t.numel() * t.element_size();
+  for (const torch::Tensor& t : model.ftlm->buffers()) bytes += t.numel() * t.element_size();
+  EXPECT_EQ((*decoder)->info().weight_bytes, bytes);
+  models::DecodeStepOptions bf16;
+  bf16.weight_dtype = models::WeightDtype::kBFloat16;
+  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> refused =
+      decoding::CreateDecoder(model, 2, bf16);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("FastTransformersLM decodes with float32 weights only"));
 }
 
 TEST(FastTransformersLMTest, DecoderChecksItsArguments) {
