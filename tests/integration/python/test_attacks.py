@@ -172,11 +172,17 @@ class BarePortAttackTest(unittest.TestCase):
             http2_attacks.reset_flood("127.0.0.1", self.server.port, 30000,
                                       path=b"/performer.v1.Nowhere/Nothing")
             time.sleep(0.5)
+        # The release thread (server/process/heap_release.h, with serve_main's
+        # kHeapReleaseThresholdBytes) trims once the
+        # allocator's free bytes have grown by 128 MiB: a flood that a loaded
+        # machine slows down frees as it goes and may leave up to that much
+        # free and untrimmed, so the bound is that plus a margin.
+        bound = before + (160 << 10)
         deadline = time.monotonic() + 20
-        while rss_kb(self.server.proc.pid) > before + (96 << 10) and time.monotonic() < deadline:
+        while rss_kb(self.server.proc.pid) > bound and time.monotonic() < deadline:
             time.sleep(0.2)
         after = rss_kb(self.server.proc.pid)
-        self.assertLess(after, before + (96 << 10),
+        self.assertLess(after, bound,
                         "held %d KB after the flood (peak %d KB more)" % (after - before,
                                                                           rss.growth))
         self.server.stub.Generate(harness.request(MODEL, prompt=b"Q: ok?\nA:", max_new_tokens=2),
