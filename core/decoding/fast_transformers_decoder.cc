@@ -37,9 +37,7 @@ absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder
   info.vocab_size = model.ftlm->config().num_tokens;
   info.max_seq_len = model.ftlm->config().max_seq_len;
   info.capacity = capacity;
-  std::vector<torch::Tensor> weights = model.ftlm->parameters();
-  for (const torch::Tensor& t : model.ftlm->buffers()) weights.push_back(t);
-  info.weight_bytes = models::DistinctStorageBytes(weights);
+  info.weight_bytes = models::DistinctStorageBytes(models::ParametersAndBuffers(*model.ftlm));
   return std::unique_ptr<FastTransformersDecoder>(
       new FastTransformersDecoder(info, std::move(model), std::move(pool)));
 }

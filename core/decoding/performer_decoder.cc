@@ -41,12 +41,10 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
   // own forward with autograd) also reads the prepared rotary tables.
   decoder->PrepareForDecoding(options.step);
   info.weight_dtype = models::WeightDtypeName(options.step.weight_dtype);
-  std::vector<torch::Tensor> weights;
   const torch::nn::Module& root = model.model_class == models::ModelClass::kPerformerEncDec
                                       ? static_cast<const torch::nn::Module&>(*model.encdec)
                                       : static_cast<const torch::nn::Module&>(*model.lm);
-  for (const torch::Tensor& t : root.parameters()) weights.push_back(t);
-  for (const torch::Tensor& t : root.buffers()) weights.push_back(t);
+  std::vector<torch::Tensor> weights = models::ParametersAndBuffers(root);
   decoder->AppendDecodeTensors(&weights);
   info.weight_bytes = models::DistinctStorageBytes(weights);
   c10::InferenceMode guard;

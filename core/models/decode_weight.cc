@@ -28,4 +28,10 @@ int64_t DistinctStorageBytes(const std::vector<torch::Tensor>& tensors) {
   return bytes;
 }
 
+std::vector<torch::Tensor> ParametersAndBuffers(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> tensors = module.parameters();
+  for (const torch::Tensor& b : module.buffers()) tensors.push_back(b);
+  return tensors;
+}
+
 }  // namespace performer::models
