@@ -5,15 +5,20 @@
 //       (x otherwise)
 //   y = act(h W^T + bias) + residual                      act: identity or GELU (erf)
 //
-// x (rows, in) float32; weight (out, in) float32 or bfloat16 (the decode
-// weights of --weight_dtype); bias (out), norm_weight / norm_bias (in) and
-// residual (rows, out) float32, each optional. Returns a new contiguous
-// (rows, out) float32 tensor. Sums are float32 whatever the weight type.
+// x (rows, in) float32; weight (out, in) float32, bfloat16 or int8 (the
+// weights of --weight_dtype; int8 with weight_scales (out,
+// Int8BlocksPerRow(in)) float32 as kernels/cpu/weight_formats.h stores them);
+// bias (out), norm_weight / norm_bias (in) and residual (rows, out) float32,
+// each optional. Returns a new contiguous (rows, out) float32 tensor. Sums are
+// float32 whatever the weight type.
 //
 // CPU (kernels/cpu/fused_linear_cpu.cc): the layer norm and the epilogue as
 // tensor ops around kernels/cpu/skinny_linear_cpu.h (float32 weights) or
-// kernels/cpu/weight_dtype_linear_cpu.h (bfloat16), both of which give each
-// output the same chain of operations whatever `rows` is.
+// kernels/cpu/weight_dtype_linear_cpu.h (bfloat16, int8), both of which give
+// each output the same chain of operations whatever `rows` is, up to
+// kMaxStreamedRows rows; above it (a prompt's prefill) the compact weights are
+// widened to float32 in tiles of output rows and multiplied by sgemm, which
+// is faster there (docs/benchmarks.md).
 // CUDA (kernels/cuda/fused_linear_cuda.cu): one launch; each warp streams one
 // weight row with 16-byte loads against up to 8 rows of x staged (and
 // normalised) in shared memory, and applies the epilogue as it stores. Up to
@@ -35,13 +40,19 @@ struct FusedLinearOptions {
   double norm_eps = 1e-5;
   FusedActivation activation = FusedActivation::kNone;
   torch::Tensor residual;  // (rows, out) or undefined; added after the activation
+  torch::Tensor weight_scales;  // (out, Int8BlocksPerRow(in)): required with int8 weights
 };
+
+// On the CPU: the most rows FusedLinear multiplies against compact weights
+// with the streaming kernels; more are widened in tiles for sgemm.
+constexpr int64_t kMaxStreamedRows = 64;
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const FusedLinearOptions& options = {});
 
-// True when FusedLinear takes a weight of this dtype on this device (float32
-// or bfloat16 on the CPU; on CUDA when this build compiled kernels/cuda).
+// True when FusedLinear takes a weight of this dtype on this device (float32,
+// bfloat16 or int8 on the CPU; float32 or bfloat16 on CUDA when this build
+// compiled kernels/cuda).
 bool FusedLinearSupported(const torch::Tensor& weight);
 
 // On CUDA: the number of rows up to which FusedLinear runs its own kernel

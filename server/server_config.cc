@@ -115,8 +115,8 @@ ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
 ABSL_FLAG(std::string, device, "cpu",
           "Where models run: cpu, or cuda[:N] with a CUDA LibTorch (docs/gpu.md).");
 ABSL_FLAG(std::string, weight_dtype, "fp32",
-          "Dtype of the decode step's projection, feed-forward and output-head weights: fp32 or "
-          "bf16 (PerformerLM and PerformerEncDec; docs/serving.md).");
+          "Dtype the models' projection, feed-forward and output-head weights are served in, "
+          "prefill and decode: fp32, bf16 or int8 (CPU only; docs/serving.md).");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
 ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
 ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
@@ -451,7 +451,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   const std::optional<models::WeightDtype> dtype = models::ParseWeightDtype(weight_dtype);
   if (!dtype.has_value()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--weight_dtype must be fp32 or bf16, got '", weight_dtype, "'"));
+        absl::StrCat("--weight_dtype must be fp32, bf16 or int8, got '", weight_dtype, "'"));
   }
   config.repository.decode_step.weight_dtype = *dtype;
   config.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);

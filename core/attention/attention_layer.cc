@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "core/attention/linear_rows.h"
+
 namespace performer {
 
 AttentionLayerImpl::AttentionLayerImpl(AttentionPtr attention, int64_t d_model, int64_t n_heads,
@@ -39,12 +41,12 @@ torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& queries, const to
   const int64_t l = queries.size(1);
   const int64_t s = keys.size(1);
   const int64_t h = n_heads_;
-  torch::Tensor q = query_projection->forward(queries).reshape({n, l, h, -1});
-  torch::Tensor k = key_projection->forward(keys).reshape({n, s, h, -1});
-  torch::Tensor v = value_projection->forward(values).reshape({n, s, h, -1});
+  torch::Tensor q = ForwardLinear(query_projection, queries).reshape({n, l, h, -1});
+  torch::Tensor k = ForwardLinear(key_projection, keys).reshape({n, s, h, -1});
+  torch::Tensor v = ForwardLinear(value_projection, values).reshape({n, s, h, -1});
   torch::Tensor attended =
       inner_attention_->forward(q, k, v, attn_mask, query_lengths, key_lengths).reshape({n, l, -1});
-  return out_projection->forward(attended);
+  return ForwardLinear(out_projection, attended);
 }
 
 std::optional<ParamValue> AttentionLayerImpl::attribute(const std::string& name) const {

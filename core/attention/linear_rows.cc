@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/attention/linear_weights.h"
 #include "kernels/skinny_linear.h"
 
 namespace performer {
@@ -16,10 +17,21 @@ constexpr int64_t kMaxGemvRows = 4;
 // tokens 34 ms vs 30).
 constexpr int64_t kMaxForwardSkinnyRows = 32;
 
+// bfloat16 or int8 (core/attention/linear_weights.h): kernels::FusedLinear's.
+bool IsCompact(const torch::Tensor& weight) {
+  return weight.scalar_type() == torch::kBFloat16 || weight.scalar_type() == torch::kChar;
+}
+
 }  // namespace
 
 torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
-                         const torch::Tensor& x) {
+                         const torch::Tensor& x, const torch::Tensor& scales) {
+  if (IsCompact(weight)) {
+    kernels::FusedLinearOptions options;
+    options.bias = bias;
+    options.weight_scales = scales;
+    return kernels::FusedLinear(x.contiguous(), weight, options);
+  }
   const int64_t rows = x.size(0);
   if (rows <= kMaxSkinnyRows && kernels::SkinnyLinearSupported(x, weight)) {
     return kernels::SkinnyLinear(x, weight, bias);
@@ -37,19 +49,25 @@ torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
 }
 
 torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return LinearRows(layer->weight, layer->bias, x);
+  return LinearRows(layer->weight, layer->bias, x, LinearWeightScales(*layer));
 }
 
 torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   const int64_t in = x.size(-1);
   const int64_t rows = in > 0 ? x.numel() / in : 0;
-  if (torch::GradMode::is_enabled() || rows == 0 || rows > kMaxForwardSkinnyRows ||
-      !kernels::SkinnyLinearSupported(x.reshape({rows, in}), layer->weight)) {
+  const bool compact = IsCompact(layer->weight);
+  if (!compact && (torch::GradMode::is_enabled() || rows == 0 || rows > kMaxForwardSkinnyRows ||
+                   !kernels::SkinnyLinearSupported(x.reshape({rows, in}), layer->weight))) {
     return torch::nn::functional::linear(x, layer->weight, layer->bias);
   }
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = layer->weight.size(0);
   return LinearRows(layer, x.reshape({rows, in}).contiguous()).view(shape);
+}
+
+torch::Tensor ForwardLinear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  if (!IsCompact(layer->weight)) return layer.ptr()->forward(x);
+  return ApplyLinear(layer, x);
 }
 
 }  // namespace performer

@@ -4,7 +4,10 @@
 // costs several times the matrix-vector product (measured: 0.30 ms vs 0.06 ms
 // for a 2048 x 512 layer). Up to 64 float32 CPU rows use
 // kernels::SkinnyLinear (streams W once); otherwise small batches use one
-// gemv per row and larger ones W x^T. Returns a contiguous [B, out].
+// gemv per row and larger ones W x^T. A bfloat16 or int8 weight
+// (core/attention/linear_weights.h) goes to kernels::FusedLinear, which
+// streams it up to kernels::kMaxStreamedRows rows and widens it in tiles for
+// sgemm above. Returns a contiguous [B, out].
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -22,10 +25,16 @@ torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x)
 // decode step does, instead of paying OpenBLAS's packing of every weight
 // matrix (which made a 1-token prefill cost three steps). Otherwise the
 // module's own forward (autograd, long prompts).
+// A layer with compact weights takes LinearRows at any number of rows.
 torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x);
-// Same with a bare weight [out, in] (tied embeddings) and no bias.
+// layer->forward(x) with float32 weights (the same operations, bit for bit);
+// a layer with compact weights as ApplyLinear. For the library's modules
+// that also train.
+torch::Tensor ForwardLinear(const torch::nn::Linear& layer, const torch::Tensor& x);
+// Same as LinearRows with a bare weight [out, in] (tied embeddings, fused
+// projections) and bias; `scales` with an int8 weight.
 torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
-                         const torch::Tensor& x);
+                         const torch::Tensor& x, const torch::Tensor& scales = {});
 
 // The decode step's projection with its norm, activation and residual fused
 // in (kernels/fused_linear.h): the entry point models use for it.

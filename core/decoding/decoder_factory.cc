@@ -12,6 +12,14 @@ absl::Status DoesNotDecode(const models::LoadedModel& model) {
       absl::StrCat("model_class ", models::ModelClassName(model.model_class), " does not decode"));
 }
 
+bool OnCuda(const models::LoadedModel& model) {
+  std::vector<torch::Tensor> params;
+  if (model.lm) params = model.lm->parameters();
+  if (model.encdec) params = model.encdec->parameters();
+  if (model.ftlm) params = model.ftlm->parameters();
+  return !params.empty() && params.front().is_cuda();
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model) {
@@ -32,15 +40,14 @@ absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model) 
 absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
     models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step,
     absl::Status* warnings) {
+  if (step.weight_dtype == models::WeightDtype::kInt8 && OnCuda(model)) {
+    return absl::FailedPreconditionError(
+        "weight dtype int8 runs on the CPU only (its kernels use AVX-512 VNNI / AVX2); on a GPU "
+        "serve with --weight_dtype=bf16 or fp32");
+  }
   if (model.model_class == models::ModelClass::kFastTransformersLM) {
-    if (step.weight_dtype != models::WeightDtype::kFloat32) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("weight dtype ", models::WeightDtypeName(step.weight_dtype),
-                       ": FastTransformersLM decodes with float32 weights only (PerformerLM and "
-                       "PerformerEncDec take bf16); serve it with --weight_dtype=fp32"));
-    }
     absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> decoder =
-        FastTransformersDecoder::Create(std::move(model), capacity);
+        FastTransformersDecoder::Create(std::move(model), capacity, step.weight_dtype);
     if (!decoder.ok()) return decoder.status();
     return std::unique_ptr<SequenceDecoder>(*std::move(decoder));
   }

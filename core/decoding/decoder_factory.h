@@ -22,8 +22,8 @@ absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
 // A decoder of `capacity` slots whose step computes as `step` says
 // (core/models/decode_step_options.h); `warnings` (may be null) receives why
 // an optional speed-up is off (CUDA graphs that could not be captured).
-// FailedPrecondition for a weight dtype the model's class does not decode
-// with (FastTransformersLM: float32 only).
+// FailedPrecondition for int8 weights on a GPU (the int8 kernels run on the
+// CPU only).
 absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
     models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step = {},
     absl::Status* warnings = nullptr);

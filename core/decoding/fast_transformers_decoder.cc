@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/models/decode_weight.h"
+#include "core/models/model_weights.h"
 
 namespace performer::decoding {
 namespace {
@@ -25,10 +25,10 @@ absl::Status CheckDecodable(const models::LoadedModel& model) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder::Create(
-    models::LoadedModel model, int64_t capacity) {
+    models::LoadedModel model, int64_t capacity, models::WeightDtype weight_dtype) {
   if (capacity < 1) return absl::InvalidArgumentError("decoder capacity must be at least 1");
   if (absl::Status s = CheckDecodable(model); !s.ok()) return s;
-  model.ftlm->PrepareForDecoding();
+  model.ftlm->PrepareForDecoding(models::WeightScalarType(weight_dtype));
   const torch::Device device = model.ftlm->token_emb->weight.device();
   c10::InferenceMode guard;
   StatePool pool(model.ftlm->SlotStateSpecs(), capacity, torch::TensorOptions().device(device));
@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> FastTransformersDecoder
   info.vocab_size = model.ftlm->config().num_tokens;
   info.max_seq_len = model.ftlm->config().max_seq_len;
   info.capacity = capacity;
+  info.weight_dtype = models::WeightDtypeName(weight_dtype);
   info.weight_bytes = models::DistinctStorageBytes(models::ParametersAndBuffers(*model.ftlm));
   return std::unique_ptr<FastTransformersDecoder>(
       new FastTransformersDecoder(info, std::move(model), std::move(pool)));

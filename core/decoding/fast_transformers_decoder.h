@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/decoding/slot_pool_decoder.h"
+#include "core/models/decode_step_options.h"
 #include "core/models/model_folder.h"
 #include "core/recurrent/state_pool.h"
 
@@ -20,9 +21,11 @@ class FastTransformersDecoder : public SlotPoolDecoder {
   // Create() of a sequence, beside the static factory below.
   using SlotPoolDecoder::Create;
   // FailedPrecondition when the model is not a FastTransformersLM or one of
-  // its attentions has no slot form.
-  static absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> Create(models::LoadedModel model,
-                                                                         int64_t capacity);
+  // its attentions has no slot form. The model's linear layers are served in
+  // `weight_dtype` (core/models/decode_step_options.h).
+  static absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> Create(
+      models::LoadedModel model, int64_t capacity,
+      models::WeightDtype weight_dtype = models::WeightDtype::kFloat32);
   // info().state_bytes_per_sequence of a decoder of `model`, without one.
   static absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
 

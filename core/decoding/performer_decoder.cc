@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/decoding/token_ids.h"
-#include "core/models/decode_weight.h"
+#include "core/attention/linear_weights.h"
+#include "core/models/model_weights.h"
 
 namespace performer::decoding {
 
@@ -37,13 +38,15 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
       return absl::FailedPreconditionError(
           absl::StrCat("model_class ", info.model_class, " cannot decode with PerformerDecoder"));
   }
+  torch::nn::Module& root = model.model_class == models::ModelClass::kPerformerEncDec
+                                ? static_cast<torch::nn::Module&>(*model.encdec)
+                                : static_cast<torch::nn::Module&>(*model.lm);
+  // The whole model, an encoder-decoder's encoder too, runs in the dtype.
+  ConvertLinearWeights({&root}, models::WeightScalarType(options.step.weight_dtype));
   // Outside InferenceMode: the model's full forward (prefill, or a caller's
   // own forward with autograd) also reads the prepared rotary tables.
   decoder->PrepareForDecoding(options.step);
   info.weight_dtype = models::WeightDtypeName(options.step.weight_dtype);
-  const torch::nn::Module& root = model.model_class == models::ModelClass::kPerformerEncDec
-                                      ? static_cast<const torch::nn::Module&>(*model.encdec)
-                                      : static_cast<const torch::nn::Module&>(*model.lm);
   std::vector<torch::Tensor> weights = models::ParametersAndBuffers(root);
   decoder->AppendDecodeTensors(&weights);
   info.weight_bytes = models::DistinctStorageBytes(weights);

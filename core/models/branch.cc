@@ -152,11 +152,7 @@ void BranchImpl::PrepareForDecoding(const DecodeStepOptions& options) {
 }
 
 void BranchImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
-  if (is_attention()) {
-    attention_->AppendDecodeTensors(out);
-  } else {
-    feed_forward_->AppendDecodeTensors(out);
-  }
+  if (is_attention()) attention_->AppendDecodeTensors(out);
 }
 
 torch::Tensor BranchImpl::StepWithResidual(const torch::Tensor& x, const InterleavedRotary& rotary,

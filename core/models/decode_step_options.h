@@ -8,11 +8,13 @@
 //   Branches with ScaleNorm, ReZero, a token shift or cross attention, and
 //   reversible stacks, keep the separate ops. On the CPU with float32 weights
 //   the fused step gives the same bits as the separate ops up to 64 rows.
-// weight_dtype: the dtype of the decode copies of the projections,
-//   feed-forwards and output head (kBFloat16: rounded to nearest even, sums
-//   in float32); the feature projections, norms, embeddings and the state
-//   stay float32, and the full forward (prefill) keeps the float32 weights.
-//   kBFloat16 implies fused.
+// weight_dtype: the dtype the model's linear layers (projections,
+//   feed-forwards, output head) are served in, prefill and decode step alike
+//   (core/attention/linear_weights.h: kBFloat16 rounded to nearest even, kInt8
+//   symmetric with a float32 scale per block of 32 inputs, on the CPU only;
+//   sums in float32); the float32 weights are not kept. The feature
+//   projections, norms, embeddings (a tied output head gets a compact copy)
+//   and the state stay float32. A compact dtype implies fused.
 #pragma once
 
 #include <optional>
@@ -21,9 +23,9 @@
 
 namespace performer::models {
 
-enum class WeightDtype { kFloat32, kBFloat16 };
+enum class WeightDtype { kFloat32, kBFloat16, kInt8 };
 
-// "fp32", "bf16".
+// "fp32", "bf16", "int8".
 const char* WeightDtypeName(WeightDtype dtype);
 // The inverse of WeightDtypeName; nullopt for any other text.
 std::optional<WeightDtype> ParseWeightDtype(std::string_view text);

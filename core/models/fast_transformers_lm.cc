@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/linear_rows.h"
+#include "core/attention/linear_weights.h"
 #include "core/builders/transformer_builders.h"
 #include "core/feature_maps/feature_map.h"
 #include "core/masks.h"
@@ -174,10 +176,10 @@ torch::Tensor FastTransformersLMImpl::forward(const torch::Tensor& tokens) {
   torch::Tensor positions = torch::arange(length, tokens.options().dtype(torch::kLong));
   torch::Tensor x = token_emb->forward(tokens) + pos_emb->forward(positions);
   x = encoder->forward(x, Mask::TriangularCausal(length, tokens.device()));
-  return to_logits->forward(x);
+  return ForwardLinear(to_logits, x);
 }
 
-void FastTransformersLMImpl::PrepareForDecoding() {
+void FastTransformersLMImpl::PrepareForDecoding(torch::ScalarType weight_dtype) {
   torch::NoGradGuard no_grad;
   recurrent_->to(token_emb->weight.device());
   absl::Status mirrored = MakeMirror(*encoder, *recurrent_);
@@ -191,6 +193,9 @@ void FastTransformersLMImpl::PrepareForDecoding() {
     twin->copy_(item.value());
   }
   recurrent_->eval();
+  // After mirroring: the twin's layers share the encoder's storage, so each
+  // weight converts once and both hold the compact one.
+  ConvertLinearWeights({this, recurrent_.get()}, weight_dtype);
 }
 
 std::vector<std::vector<SlotTensorSpec>> FastTransformersLMImpl::SlotStateSpecs() const {
@@ -213,7 +218,7 @@ torch::Tensor FastTransformersLMImpl::ForwardSlots(const torch::Tensor& tokens,
   torch::Tensor& positions = rows.front().positions;
   torch::Tensor at = positions.unsqueeze(1) + torch::arange(n, positions.options());
   torch::Tensor x = token_emb->forward(tokens) + pos_emb->forward(at);
-  torch::Tensor logits = to_logits->forward(recurrent_->ForwardSlots(x, rows));
+  torch::Tensor logits = ApplyLinear(to_logits, recurrent_->ForwardSlots(x, rows));
   positions.add_(n);
   return logits;
 }

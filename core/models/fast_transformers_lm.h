@@ -66,9 +66,11 @@ class FastTransformersLMImpl : public torch::nn::Module {
   // tokens [N, L] int64 -> logits [N, L, num_tokens], the batch forward.
   torch::Tensor forward(const torch::Tensor& tokens);
 
-  // Ties the recurrent twin to the current weights, on their device. Call
+  // Ties the recurrent twin to the current weights, on their device, with
+  // the linear layers of both converted to `weight_dtype` (kFloat,
+  // kBFloat16, kChar: core/attention/linear_weights.h) and shared. Call
   // after loading weights and after moving the model.
-  void PrepareForDecoding();
+  void PrepareForDecoding(torch::ScalarType weight_dtype = torch::kFloat);
   // The per-sequence state of the recurrent twin (a StatePool's layout) for
   // sequences of up to max_seq_len tokens. A layer whose attention has no
   // slot form has an empty list (SlotFormMissing names it).

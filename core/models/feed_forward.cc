@@ -1,7 +1,8 @@
 #include "core/models/feed_forward.h"
 
 #include "core/attention/linear_rows.h"
-#include "core/models/decode_weight.h"
+#include "core/attention/linear_weights.h"
+#include "core/models/model_weights.h"
 
 namespace performer::models {
 
@@ -29,22 +30,26 @@ torch::Tensor FeedForwardImpl::Step(const torch::Tensor& x) {
 
 void FeedForwardImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   torch::NoGradGuard no_grad;
-  step_w1_ = DecodeWeight(w1_->weight, options.weight_dtype);
-  step_w2_ = DecodeWeight(w2_->weight, options.weight_dtype);
+  ConvertLinearWeights({this}, WeightScalarType(options.weight_dtype));
+  w1_scales_ = LinearWeightScales(*w1_);
+  w2_scales_ = LinearWeightScales(*w2_);
+  prepared_ = true;
 }
 
 torch::Tensor FeedForwardImpl::FusedStep(const torch::Tensor& x, const FusedLinearOptions& norm) {
-  TORCH_CHECK(step_w1_.defined(), "FeedForward::FusedStep needs PrepareForDecoding");
+  TORCH_CHECK(prepared_, "FeedForward::FusedStep needs PrepareForDecoding");
   FusedLinearOptions first = norm;
   first.bias = w1_->bias;
+  first.weight_scales = w1_scales_;
   // GELU fuses into w1 without GLU; with it, the halves multiply after.
   if (!glu_) first.activation = FusedActivation::kGelu;
-  torch::Tensor h = FusedLinearRows(x, step_w1_, first);
+  torch::Tensor h = FusedLinearRows(x, w1_->weight, first);
   if (glu_) h = Activate(h).contiguous();
   FusedLinearOptions second;
   second.bias = w2_->bias;
   second.residual = x;
-  return FusedLinearRows(h, step_w2_, second);
+  second.weight_scales = w2_scales_;
+  return FusedLinearRows(h, w2_->weight, second);
 }
 
 }  // namespace performer::models

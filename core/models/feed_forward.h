@@ -25,17 +25,13 @@ class FeedForwardImpl : public torch::nn::Module {
   // The same for rows x [B, dim] (decode step; see linear_rows.h).
   torch::Tensor Step(const torch::Tensor& x);
 
-  // Makes the decode copies of w1 and w2 in options.weight_dtype for
-  // FusedStep (core/models/decode_step_options.h).
+  // Converts w1 and w2 to options.weight_dtype
+  // (core/models/decode_step_options.h) and readies FusedStep.
   void PrepareForDecoding(const DecodeStepOptions& options);
   // x + Step(norm(x)) for rows x [B, dim], with `norm` (the norm_* fields of
   // a FusedLinearOptions, or none) fused into w1 and the residual
   // into w2 (kernels/fused_linear.h). Needs PrepareForDecoding.
   torch::Tensor FusedStep(const torch::Tensor& x, const FusedLinearOptions& norm);
-  // Appends the tensors PrepareForDecoding made (for weight accounting).
-  void AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
-    out->insert(out->end(), {step_w1_, step_w2_});
-  }
 
  private:
   torch::Tensor Activate(const torch::Tensor& h) const;
@@ -43,7 +39,8 @@ class FeedForwardImpl : public torch::nn::Module {
   bool glu_;
   double dropout_;
   torch::nn::Linear w1_{nullptr}, w2_{nullptr};
-  torch::Tensor step_w1_, step_w2_;  // PrepareForDecoding
+  bool prepared_ = false;              // PrepareForDecoding
+  torch::Tensor w1_scales_, w2_scales_;  // PrepareForDecoding, int8 weights
 };
 TORCH_MODULE(FeedForward);
 

@@ -2,7 +2,8 @@
 
 #include "core/attention/linear_rows.h"
 #include "core/attention/rotary.h"
-#include "core/models/decode_weight.h"
+#include "core/attention/linear_weights.h"
+#include "core/models/model_weights.h"
 
 namespace performer::models {
 
@@ -113,16 +114,32 @@ torch::Tensor PerformerAttentionImpl::forward(
 
 void PerformerAttentionImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   torch::NoGradGuard no_grad;
-  qkv_weight_ = torch::cat({to_q_->weight, to_k_->weight, to_v_->weight}, 0).contiguous();
+  ConvertLinearWeights({this}, WeightScalarType(options.weight_dtype));
+  const std::vector<torch::nn::Linear> qkv = {to_q_, to_k_, to_v_};
+  std::vector<torch::Tensor> weights, scales;
+  for (const torch::nn::Linear& layer : qkv) {
+    weights.push_back(layer->weight);
+    scales.push_back(LinearWeightScales(*layer));
+  }
+  qkv_weight_ = torch::cat(weights, 0).contiguous();
+  qkv_scales_ = scales.front().defined() ? torch::cat(scales, 0).contiguous() : torch::Tensor();
+  int64_t row = 0;
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    const int64_t rows = weights[i].size(0);
+    weights[i].set_data(qkv_weight_.narrow(0, row, rows));
+    if (qkv_scales_.defined()) scales[i].set_data(qkv_scales_.narrow(0, row, rows));
+    row += rows;
+  }
   if (options_.qkv_bias) qkv_bias_ = torch::cat({to_q_->bias, to_k_->bias, to_v_->bias}, 0);
-  step_qkv_weight_ = DecodeWeight(qkv_weight_, options.weight_dtype);
-  step_out_weight_ = DecodeWeight(to_out_->weight, options.weight_dtype);
+  out_scales_ = LinearWeightScales(*to_out_);
   fast_attention_->PrepareForDecoding();
 }
 
 torch::Tensor PerformerAttentionImpl::ProjectQkv(const torch::Tensor& x) {
   const int64_t rows = x.size(0), h = options_.heads, d = options_.dim_head;
-  if (qkv_weight_.defined()) return LinearRows(qkv_weight_, qkv_bias_, x).view({rows, 3, h, d});
+  if (qkv_weight_.defined()) {
+    return LinearRows(qkv_weight_, qkv_bias_, x, qkv_scales_).view({rows, 3, h, d});
+  }
   return torch::stack({LinearRows(to_q_, x), LinearRows(to_k_, x), LinearRows(to_v_, x)}, 1)
       .view({rows, 3, h, d});
 }
@@ -170,17 +187,19 @@ torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
                                                 const InterleavedRotary& rotary,
                                                 const torch::Tensor& positions,
                                                 torch::TensorList state) {
-  TORCH_CHECK(step_qkv_weight_.defined(), "PerformerAttention::FusedStep needs PrepareForDecoding");
+  TORCH_CHECK(qkv_weight_.defined(), "PerformerAttention::FusedStep needs PrepareForDecoding");
   const int64_t rows = x.size(0), inner = options_.heads * options_.dim_head;
   FusedLinearOptions project = norm;
   project.bias = qkv_bias_;
-  torch::Tensor qkv = FusedLinearRows(x, step_qkv_weight_, project)
+  project.weight_scales = qkv_scales_;
+  torch::Tensor qkv = FusedLinearRows(x, qkv_weight_, project)
                           .view({rows, 3, options_.heads, options_.dim_head});
   torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
   FusedLinearOptions merge;
   if (options_.attn_out_bias) merge.bias = to_out_->bias;
   merge.residual = x;
-  return FusedLinearRows(out.reshape({rows, inner}), step_out_weight_, merge);
+  merge.weight_scales = out_scales_;
+  return FusedLinearRows(out.reshape({rows, inner}), to_out_->weight, merge);
 }
 
 torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,

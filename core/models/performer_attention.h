@@ -84,9 +84,11 @@ class PerformerAttentionImpl : public torch::nn::Module {
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, torch::TensorList state);
 
-  // Caches the concatenated q/k/v weights for Step (one GEMM instead of
-  // three), and the decode copies of the q/k/v and output weights in
-  // options.weight_dtype for FusedStep. Call after the weights are loaded.
+  // Converts the layer's weights to options.weight_dtype
+  // (core/attention/linear_weights.h) and concatenates the q/k/v weights for
+  // Step and FusedStep (one product instead of three); to_q, to_k and to_v
+  // become views of the concatenation, so the weights are held once. Call
+  // after the weights are loaded.
   void PrepareForDecoding(const DecodeStepOptions& options = {});
   // x + Step(norm(x)): Step with `norm` (the norm_* fields of a
   // FusedLinearOptions, or none) fused into the q/k/v projection
@@ -103,7 +105,7 @@ class PerformerAttentionImpl : public torch::nn::Module {
 
   // Appends the tensors PrepareForDecoding made (for weight accounting).
   void AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
-    out->insert(out->end(), {qkv_weight_, qkv_bias_, step_qkv_weight_, step_out_weight_});
+    out->insert(out->end(), {qkv_weight_, qkv_bias_, qkv_scales_});
   }
 
   int64_t global_heads() const { return options_.heads - options_.local_heads; }
@@ -129,9 +131,10 @@ class PerformerAttentionImpl : public torch::nn::Module {
   FastAttention fast_attention_{nullptr};
   WindowedLocalAttention local_attn_{nullptr};
   torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr}, to_out_{nullptr};
-  torch::Tensor qkv_weight_, qkv_bias_;              // PrepareForDecoding
-  torch::Tensor step_qkv_weight_, step_out_weight_;  // PrepareForDecoding, weight_dtype
-  size_t fast_state_tensors_ = 0;                    // of the global heads, first in the state
+  // PrepareForDecoding: the concatenated q/k/v weight, bias and int8
+  // scales, and the output projection's int8 scales.
+  torch::Tensor qkv_weight_, qkv_bias_, qkv_scales_, out_scales_;
+  size_t fast_state_tensors_ = 0;  // of the global heads, first in the state
 };
 TORCH_MODULE(PerformerAttention);
 

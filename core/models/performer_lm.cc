@@ -1,7 +1,8 @@
 #include "core/models/performer_lm.h"
 
 #include "core/attention/linear_rows.h"
-#include "core/models/decode_weight.h"
+#include "core/attention/linear_weights.h"
+#include "core/models/model_weights.h"
 
 namespace performer::models {
 
@@ -75,6 +76,7 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens,
     head.norm_bias = norm_->bias;
     head.norm_eps = norm_->options.eps();
     if (!config_.tie_embed) head.bias = to_out_->bias;
+    head.weight_scales = step_head_scales_;
     return FusedLinearRows(x, step_head_weight_, head);
   }
   x = norm_(x);
@@ -115,18 +117,24 @@ void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tenso
 
 void PerformerLMImpl::PrepareForDecoding(const DecodeStepOptions& options) {
   torch::NoGradGuard no_grad;
+  const torch::ScalarType dtype = WeightScalarType(options.weight_dtype);
+  ConvertLinearWeights({this}, dtype);
   if (layer_pos_emb_.defined()) rotary_ = MakeInterleavedRotary(layer_pos_emb_);
   const bool fused = options.UsesFusedStep(token_emb_->weight.is_cuda());
   performer_->PrepareForDecoding(options, fused);
-  step_head_weight_ = torch::Tensor();
-  if (fused) {
-    step_head_weight_ = DecodeWeight(config_.tie_embed ? token_emb_->weight : to_out_->weight,
-                                     options.weight_dtype);
+  step_head_weight_ = step_head_scales_ = torch::Tensor();
+  if (fused && config_.tie_embed) {
+    const WeightMatrix head = CompactWeight(token_emb_->weight, dtype);
+    step_head_weight_ = head.weight;
+    step_head_scales_ = head.scales;
+  } else if (fused) {
+    step_head_weight_ = to_out_->weight;
+    step_head_scales_ = LinearWeightScales(*to_out_);
   }
 }
 
 void PerformerLMImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
-  out->push_back(step_head_weight_);
+  out->insert(out->end(), {step_head_weight_, step_head_scales_});
   performer_->AppendDecodeTensors(out);
 }
 

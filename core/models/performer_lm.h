@@ -76,11 +76,12 @@ class PerformerLMImpl : public torch::nn::Module {
   // A pool of `rows` empty sequences where the weights are, in their dtype.
   StatePool AllocateState(int64_t rows) const;
 
-  // Precomputes what Step reuses (interleaved rotary tables, fused q/k/v
-  // weights) and how it computes (core/models/decode_step_options.h, for
-  // the device the weights are on: a fused step fuses the final norm into
-  // the output head too). Call once after the weights are loaded; Step works without it,
-  // only slower.
+  // Converts the linear layers to options.weight_dtype, precomputes what
+  // Step reuses (interleaved rotary tables, fused q/k/v weights) and sets how
+  // it computes (core/models/decode_step_options.h, for the device the
+  // weights are on: a fused step fuses the final norm into the output head
+  // too). Call once after the weights are loaded; with float32 weights Step
+  // works without it, only slower.
   void PrepareForDecoding(const DecodeStepOptions& options = {});
   // Appends the tensors PrepareForDecoding made (for weight accounting:
   // models::DistinctStorageBytes).
@@ -102,7 +103,9 @@ class PerformerLMImpl : public torch::nn::Module {
   PerformerStack performer_{nullptr};
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear to_out_{nullptr};
-  torch::Tensor step_head_weight_;  // PrepareForDecoding, when the step is fused
+  // PrepareForDecoding, when the step is fused: the output head in the
+  // weight dtype (a copy of a tied embedding, else to_out's weight).
+  torch::Tensor step_head_weight_, step_head_scales_;
 };
 TORCH_MODULE(PerformerLM);
 

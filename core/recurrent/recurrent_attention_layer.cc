@@ -62,11 +62,11 @@ torch::Tensor RecurrentAttentionLayerImpl::forward(const torch::Tensor& query,
               "RecurrentAttentionLayer expects one time step: query/key/value (N, d_model)");
   const int64_t n = query.size(0);
   const int64_t h = n_heads_;
-  torch::Tensor q = query_projection->forward(query).reshape({n, h, -1});
-  torch::Tensor k = key_projection->forward(key).reshape({n, h, -1});
-  torch::Tensor v = value_projection->forward(value).reshape({n, h, -1});
+  torch::Tensor q = ForwardLinear(query_projection, query).reshape({n, h, -1});
+  torch::Tensor k = ForwardLinear(key_projection, key).reshape({n, h, -1});
+  torch::Tensor v = ForwardLinear(value_projection, value).reshape({n, h, -1});
   torch::Tensor attended = inner_attention_->forward(q, k, v, state).reshape({n, -1});
-  return out_projection->forward(attended);
+  return ForwardLinear(out_projection, attended);
 }
 
 std::vector<SlotTensorSpec> RecurrentAttentionLayerImpl::SlotStateSpec(int64_t max_length) const {
@@ -111,7 +111,7 @@ torch::Tensor RecurrentCrossAttentionLayerImpl::forward(const torch::Tensor& que
               "RecurrentCrossAttentionLayer expects one time step: query (N, d_model)");
   const int64_t n = query.size(0);
   const int64_t h = n_heads_;
-  torch::Tensor q = query_projection->forward(query).reshape({n, h, -1});
+  torch::Tensor q = ForwardLinear(query_projection, query).reshape({n, h, -1});
   torch::Tensor k;
   torch::Tensor v;
   if (IsNewSequence(state)) {
@@ -119,11 +119,11 @@ torch::Tensor RecurrentCrossAttentionLayerImpl::forward(const torch::Tensor& que
                 "RecurrentCrossAttentionLayer needs the memory keys/values (N, S, d_model_keys) "
                 "on the first step");
     const int64_t s = keys.size(1);
-    k = key_projection->forward(keys).reshape({n, s, h, -1});
-    v = value_projection->forward(values).reshape({n, s, h, -1});
+    k = ForwardLinear(key_projection, keys).reshape({n, s, h, -1});
+    v = ForwardLinear(value_projection, values).reshape({n, s, h, -1});
   }
   torch::Tensor attended = inner_attention_->forward(q, k, v, key_lengths, state).reshape({n, -1});
-  return out_projection->forward(attended);
+  return ForwardLinear(out_projection, attended);
 }
 
 std::optional<ParamValue> RecurrentCrossAttentionLayerImpl::attribute(

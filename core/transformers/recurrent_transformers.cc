@@ -132,8 +132,8 @@ torch::Tensor RecurrentTransformerDecoderLayerImpl::forward(
       norm1->forward(x + dropout->forward(self_attention->forward(x, x, x, state.self)));
   h = norm2->forward(h + dropout->forward(cross_attention->forward(h, memory, memory,
                                                                    memory_lengths, state.cross)));
-  torch::Tensor y = dropout->forward(ApplyActivation(activation_, linear1->forward(h)));
-  y = dropout->forward(linear2->forward(y));
+  torch::Tensor y = dropout->forward(ApplyActivation(activation_, ForwardLinear(linear1, h)));
+  y = dropout->forward(ForwardLinear(linear2, y));
   return norm3->forward(h + y);
 }
 

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "core/attention/linear_rows.h"
+
 namespace performer {
 
 Activation ParseActivation(const std::string& name) {
@@ -73,8 +75,8 @@ torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x,
   const Mask lengths = length_mask ? *length_mask : DefaultLengthMask(n, l, x.device());
   torch::Tensor h =
       norm1->forward(x + dropout->forward(attention->forward(x, x, x, mask, lengths, lengths)));
-  torch::Tensor y = dropout->forward(ApplyActivation(activation_, linear1->forward(h)));
-  y = dropout->forward(linear2->forward(y));
+  torch::Tensor y = dropout->forward(ApplyActivation(activation_, ForwardLinear(linear1, h)));
+  y = dropout->forward(ForwardLinear(linear2, y));
   return norm2->forward(h + y);
 }
 
@@ -120,8 +122,8 @@ torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x,
       x + dropout->forward(self_attention->forward(x, x, x, self_mask, x_lengths, x_lengths)));
   h = norm2->forward(h + dropout->forward(cross_attention->forward(h, memory, memory, cross_mask,
                                                                    x_lengths, memory_lengths)));
-  torch::Tensor y = dropout->forward(ApplyActivation(activation_, linear1->forward(h)));
-  y = dropout->forward(linear2->forward(y));
+  torch::Tensor y = dropout->forward(ApplyActivation(activation_, ForwardLinear(linear1, h)));
+  y = dropout->forward(ForwardLinear(linear2, y));
   return norm3->forward(h + y);
 }
 

@@ -1,6 +1,6 @@
 // CPU kernel of kernels/fused_linear.h (validated: x contiguous float32
-// (rows, in), weight contiguous float32 or bfloat16 (out, in), the optional
-// tensors float32 of the right sizes).
+// (rows, in), weight contiguous float32, bfloat16 or int8 (out, in), int8 with
+// weight_scales, the optional tensors float32 of the right sizes).
 #pragma once
 
 #include <torch/types.h>

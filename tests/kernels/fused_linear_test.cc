@@ -1,11 +1,17 @@
 // FusedLinear on the CPU against the same computation as separate tensor
 // ops (its definition): bit for bit with float32 weights, which take the
-// skinny kernel as LinearRows does, and within bf16 rounding otherwise.
+// skinny kernel as LinearRows does, and within bf16 or int8 rounding
+// otherwise (int8 against its dequantized weights).
 #include "kernels/fused_linear.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
+
+#include "kernels/cpu/weight_formats.h"
+#include "kernels/int8_weight.h"
 #include "kernels/skinny_linear.h"
 
 namespace performer::kernels {
@@ -79,14 +85,87 @@ TEST(FusedLinearTest, Bf16WeightsMatchTheirFloat32ValuesWithinRounding) {
   }
 }
 
+TEST(FusedLinearTest, Int8WeightsMatchTheirDequantizedValuesWithinRounding) {
+  torch::manual_seed(6);
+  for (int64_t rows : {1, 5, 33, 64}) {
+    const Operands o = MakeOperands(rows, 100, 72);  // 100: a short last block
+    const Int8Weight q = QuantizeInt8Weight(o.weight);
+    FusedLinearOptions f = Options(o, true, true, true);
+    f.weight_scales = q.scales;
+    const torch::Tensor got = FusedLinear(o.x, q.weight, f);
+    const torch::Tensor widened =
+        q.weight.to(torch::kFloat) *
+        q.scales.repeat_interleave(cpu::kInt8BlockSize, 1).narrow(1, 0, 100);
+    // The AVX-512 path quantizes x per block of 32 (at most half a step of
+    // the block's largest |x| / 127 each).
+    const torch::Tensor expected = Reference(o, widened, true, true, true);
+    EXPECT_TRUE(torch::allclose(got, expected, 3e-2, 3e-2))
+        << "rows " << rows << " max |diff| " << (got - expected).abs().max().item<float>();
+  }
+}
+
+// Above kMaxStreamedRows (a prompt's prefill) compact weights are widened in
+// tiles for sgemm: the product of the widened weights, to float32 rounding.
+TEST(FusedLinearTest, ManyRowsMultiplyTheWidenedWeights) {
+  torch::manual_seed(7);
+  const int64_t rows = kMaxStreamedRows + 37;
+  // 3000 outputs of 100 inputs: several tiles, the last one partial.
+  const Operands o = MakeOperands(rows, 100, 3000);
+  const Int8Weight q = QuantizeInt8Weight(o.weight);
+  const torch::Tensor bf16 = o.weight.to(torch::kBFloat16);
+  const torch::Tensor int8_widened =
+      q.weight.to(torch::kFloat) *
+      q.scales.repeat_interleave(cpu::kInt8BlockSize, 1).narrow(1, 0, 100);
+  for (bool int8 : {false, true}) {
+    FusedLinearOptions f = Options(o, true, false, true);
+    if (int8) f.weight_scales = q.scales;
+    const torch::Tensor got = FusedLinear(o.x, int8 ? q.weight : bf16, f);
+    const torch::Tensor h = at::layer_norm(o.x, {100}, o.norm_weight, o.norm_bias, 1e-5);
+    const torch::Tensor w = int8 ? int8_widened : bf16.to(torch::kFloat);
+    const torch::Tensor expected = torch::addmm(o.bias, h, w.t()) + o.residual;
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
+        << "int8 " << int8 << " max |diff| " << (got - expected).abs().max().item<float>();
+  }
+}
+
+TEST(FusedLinearTest, Int8WeightsNeedTheirScales) {
+  const torch::Tensor x = torch::randn({2, 40});
+  const Int8Weight q = QuantizeInt8Weight(torch::randn({5, 40}));
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message([&] { FusedLinear(x, q.weight); }).find("int8 weights need weight_scales"),
+            std::string::npos);
+  FusedLinearOptions with_scales;
+  with_scales.weight_scales = q.scales;
+  EXPECT_NE(message([&] { FusedLinear(x, torch::randn({5, 40}), with_scales); })
+                .find("weight_scales go with int8 weights only"),
+            std::string::npos);
+  with_scales.weight_scales = q.scales.narrow(1, 0, 1);
+  EXPECT_NE(message([&] { FusedLinear(x, q.weight, with_scales); }).find("weight_scales must have"),
+            std::string::npos);
+  EXPECT_NE(message([] { QuantizeInt8Weight(torch::full({2, 3}, INFINITY)); }).find("not finite"),
+            std::string::npos);
+}
+
 TEST(FusedLinearTest, ARowDoesNotDependOnTheOthers) {
   torch::manual_seed(5);
   const Operands o = MakeOperands(24, 64, 48);
-  for (const torch::Tensor& weight : {o.weight, o.weight.to(torch::kBFloat16)}) {
-    const torch::Tensor all = FusedLinear(o.x, weight, Options(o, true, true, true));
+  const Int8Weight q = QuantizeInt8Weight(o.weight);
+  for (const torch::Tensor& weight : {o.weight, o.weight.to(torch::kBFloat16), q.weight}) {
+    FusedLinearOptions f = Options(o, true, true, true);
+    if (weight.scalar_type() == torch::kChar) f.weight_scales = q.scales;
+    const torch::Tensor all = FusedLinear(o.x, weight, f);
     const Operands one{o.x.narrow(0, 7, 1), o.weight,    o.bias,
                        o.norm_weight,       o.norm_bias, o.residual.narrow(0, 7, 1)};
-    const torch::Tensor alone = FusedLinear(one.x, weight, Options(one, true, true, true));
+    FusedLinearOptions g = Options(one, true, true, true);
+    g.weight_scales = f.weight_scales;
+    const torch::Tensor alone = FusedLinear(one.x, weight, g);
     EXPECT_TRUE(torch::equal(alone, all.narrow(0, 7, 1))) << weight.scalar_type();
   }
 }

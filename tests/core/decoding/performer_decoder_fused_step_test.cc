@@ -1,6 +1,6 @@
 // The fused decode step (core/models/decode_step_options.h) against the
-// separate ops: the same bits with float32 weights on the CPU, bf16 weights
-// within their rounding, the branches that cannot fuse falling back, and on
+// separate ops: the same bits with float32 weights on the CPU, bf16 and int8
+// weights within their rounding, the branches that cannot fuse falling back, and on
 // a GPU the fused step (graphs and eager) against the CPU.
 #include <gtest/gtest.h>
 
@@ -105,6 +105,25 @@ TEST_P(FusedStepTest, Bf16WeightsStayWithinTheirRounding) {
            });
 }
 
+// int8 with a scale per block of 32: each weight moves by at most half its
+// block's step (1/254 of the block's largest), and the AVX-512 path
+// quantizes x the same way; the logits stay within a few percent.
+TEST_P(FusedStepTest, Int8WeightsStayWithinTheirRounding) {
+  PerformerLMConfig config = TinyLMConfig();
+  GetParam().apply(config);
+  DecodeStepOptions int8;
+  int8.weight_dtype = WeightDtype::kInt8;
+  auto reference = Decoder(config, {});
+  auto quantized = Decoder(config, int8);
+  StepBoth(*quantized, *reference, config.num_tokens,
+           [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
+             const double scale = y.abs().max().item<double>();
+             const double diff = (x - y).abs().max().item<double>();
+             EXPECT_LE(diff, 0.06 * scale) << what;
+             EXPECT_GT(diff, 0.0) << what << ": int8 weights gave the float32 logits exactly";
+           });
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Variants, FusedStepTest,
     ::testing::Values(
@@ -134,31 +153,44 @@ INSTANTIATE_TEST_SUITE_P(
         FusedVariant{"reversible", [](PerformerLMConfig& c) { c.reversible = true; }}),
     [](const ::testing::TestParamInfo<FusedVariant>& info) { return info.param.name; });
 
-// weight_bytes counts each storage once: the float32 step shares the
-// parameters (the fused q/k/v matrix is its one copy), and bf16 adds exactly
-// its copies of the projections, feed-forwards and output head.
-TEST(DecodeStepOptionsTest, WeightBytesCountTheDecodeCopies) {
+// weight_bytes counts each storage once: the fused q/k/v matrix is the one
+// copy of the q, k and v weights (their layers view it), and a compact dtype
+// replaces the float32 projections, feed-forwards and output head (bf16: 2
+// bytes a weight; int8: 1 byte plus a float32 scale per block of 32 inputs).
+TEST(DecodeStepOptionsTest, WeightBytesCountEachStorageOnce) {
   const PerformerLMConfig config = TinyLMConfig();  // dim 16, 2 x 8 heads, ff x4, vocab 23
-  DecodeStepOptions separate, fused, bf16;
+  DecodeStepOptions separate, fused, bf16, int8;
   separate.fused = false;
   fused.fused = true;
   bf16.weight_dtype = WeightDtype::kBFloat16;
+  int8.weight_dtype = WeightDtype::kInt8;
   auto a = Decoder(config, separate), b = Decoder(config, fused), c = Decoder(config, bf16);
+  auto d = Decoder(config, int8);
   models::LoadedModel model = RandomLM(config, 11);
   int64_t parameters = 0;
   for (const torch::Tensor& t : model.lm->parameters()) parameters += t.numel() * 4;
   for (const torch::Tensor& t : model.lm->buffers()) parameters += t.numel() * t.element_size();
-  const int64_t qkv = 3 * 16 * 16, out = 16 * 16, w1 = 16 * 64, w2 = 64 * 16, head = 23 * 16;
-  EXPECT_EQ(a->info().weight_bytes, parameters + config.depth * qkv * 4);
-  EXPECT_EQ(b->info().weight_bytes, a->info().weight_bytes);
-  EXPECT_EQ(c->info().weight_bytes,
-            a->info().weight_bytes + 2 * (config.depth * (qkv + out + w1 + w2) + head));
+  struct Matrix {
+    int64_t out, in;
+  };
+  const Matrix qkv{48, 16}, out{16, 16}, w1{64, 16}, w2{16, 64}, head{23, 16};
+  auto sum = [&](auto bytes) {
+    return config.depth * (bytes(qkv) + bytes(out) + bytes(w1) + bytes(w2)) + bytes(head);
+  };
+  const int64_t fp32 = sum([](Matrix m) { return 4 * m.out * m.in; });
+  const int64_t half = sum([](Matrix m) { return 2 * m.out * m.in; });
+  const int64_t quarter = sum([](Matrix m) { return m.out * m.in + 4 * m.out * ((m.in + 31) / 32); });
+  EXPECT_EQ(a->info().weight_bytes, parameters);
+  EXPECT_EQ(b->info().weight_bytes, parameters);
+  EXPECT_EQ(c->info().weight_bytes, parameters - fp32 + half);
+  EXPECT_EQ(d->info().weight_bytes, parameters - fp32 + quarter);
   EXPECT_EQ(a->info().weight_dtype, "fp32");
   EXPECT_EQ(c->info().weight_dtype, "bf16");
+  EXPECT_EQ(d->info().weight_dtype, "int8");
 }
 
 TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
-  for (WeightDtype d : {WeightDtype::kFloat32, WeightDtype::kBFloat16}) {
+  for (WeightDtype d : {WeightDtype::kFloat32, WeightDtype::kBFloat16, WeightDtype::kInt8}) {
     EXPECT_EQ(models::ParseWeightDtype(models::WeightDtypeName(d)), d);
   }
   EXPECT_EQ(models::ParseWeightDtype("int4"), std::nullopt);
@@ -169,6 +201,8 @@ TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
   o.fused = false;
   EXPECT_FALSE(o.UsesFusedStep(true));
   o.weight_dtype = WeightDtype::kBFloat16;
+  EXPECT_TRUE(o.UsesFusedStep(false));
+  o.weight_dtype = WeightDtype::kInt8;
   EXPECT_TRUE(o.UsesFusedStep(false));
 }
 

@@ -150,23 +150,68 @@ TEST(FastTransformersLMTest, StateBytesAreExact) {
   EXPECT_EQ((*decoder)->info().vocab_size, kVocab);
 }
 
-TEST(FastTransformersLMTest, DecodesWithFloat32WeightsOnly) {
-  const LoadedModel model = Build(Config("causal-linear"), 3);
-  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
-      decoding::CreateDecoder(model, 2);
-  ASSERT_TRUE(decoder.ok()) << decoder.status();
-  EXPECT_EQ((*decoder)->info().weight_dtype, "fp32");
-  int64_t bytes = 0;
-  for (const torch::Tensor& t : model.ftlm->parameters()) bytes += t.numel() * t.element_size();
-  for (const torch::Tensor& t : model.ftlm->buffers()) bytes += t.numel() * t.element_size();
-  EXPECT_EQ((*decoder)->info().weight_bytes, bytes);
-  models::DecodeStepOptions bf16;
-  bf16.weight_dtype = models::WeightDtype::kBFloat16;
-  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> refused =
-      decoding::CreateDecoder(model, 2, bf16);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::HasSubstr("FastTransformersLM decodes with float32 weights only"));
+// Each weight dtype decodes (prefill and steps on the compact weights) close
+// to float32, holds no float32 copy of a linear layer (the recurrent twin
+// shares the converted weights) and reports fewer weight bytes; the batch
+// forward runs on the same compact weights.
+TEST(FastTransformersLMTest, DecodesInEachWeightDtype) {
+  struct Case {
+    WeightDtype dtype;
+    torch::ScalarType scalar;
+    double tolerance;
+  };
+  std::vector<torch::Tensor> reference;
+  int64_t fp32_bytes = 0;
+  for (const Case& c : {Case{WeightDtype::kFloat32, torch::kFloat, 0.0},
+                        Case{WeightDtype::kBFloat16, torch::kBFloat16, 0.05},
+                        Case{WeightDtype::kInt8, torch::kChar, 0.1}}) {
+    SCOPED_TRACE(WeightDtypeName(c.dtype));
+    const LoadedModel model = Build(Config("causal-linear"), 3);
+    int64_t bytes = 0;
+    for (const torch::Tensor& t : model.ftlm->parameters()) bytes += t.numel() * t.element_size();
+    for (const torch::Tensor& t : model.ftlm->buffers()) bytes += t.numel() * t.element_size();
+    DecodeStepOptions step;
+    step.weight_dtype = c.dtype;
+    absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
+        decoding::CreateDecoder(model, 2, step);
+    ASSERT_TRUE(decoder.ok()) << decoder.status();
+    EXPECT_EQ((*decoder)->info().weight_dtype, WeightDtypeName(c.dtype));
+    for (const auto& m : model.ftlm->modules()) {
+      if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.get())) {
+        EXPECT_EQ(linear->weight.scalar_type(), c.scalar);
+      }
+    }
+    if (c.dtype == WeightDtype::kFloat32) {
+      fp32_bytes = bytes;
+      EXPECT_EQ((*decoder)->info().weight_bytes, bytes);
+    } else {
+      EXPECT_LT((*decoder)->info().weight_bytes, fp32_bytes);
+    }
+    absl::StatusOr<decoding::SequenceId> id = (*decoder)->Create();
+    ASSERT_TRUE(id.ok());
+    std::vector<torch::Tensor> logits;
+    absl::StatusOr<torch::Tensor> first = (*decoder)->Prefill(*id, {{1, 2, 3, 4, 5}, {}, {}});
+    ASSERT_TRUE(first.ok()) << first.status();
+    logits.push_back(*first);
+    for (int64_t token : {6, 7, 8, 9}) {
+      absl::StatusOr<torch::Tensor> next = (*decoder)->Step({*id}, {token});
+      ASSERT_TRUE(next.ok()) << next.status();
+      logits.push_back((*next)[0]);
+    }
+    {
+      torch::NoGradGuard no_grad;
+      torch::Tensor batch = model.ftlm->forward(torch::arange(1, 10).unsqueeze(0));
+      EXPECT_TENSOR_CLOSE(batch[0][8], logits.back(), 1e-4, 1e-4);
+    }
+    if (reference.empty()) {
+      reference = logits;
+      continue;
+    }
+    for (size_t i = 0; i < logits.size(); ++i) {
+      SCOPED_TRACE("token " + std::to_string(i));
+      EXPECT_TENSOR_CLOSE(logits[i], reference[i], c.tolerance, c.tolerance);
+    }
+  }
 }
 
 TEST(FastTransformersLMTest, DecoderChecksItsArguments) {

@@ -101,10 +101,19 @@ def check_english_continuations(test):
     test.assertGreater(known / len(words), 0.75, repr(text))
 
 
+# The default model's parameters are 1,875,328 float32 values; its linear
+# layers (q/k/v/out projections, feed-forwards, output head) hold
+# LINEAR_WEIGHTS of them and are served in --weight_dtype, prefill and decode.
+FP32_WEIGHT_BYTES = 1875328 * 4
+LINEAR_WEIGHTS = 4 * (4 * 192 * 192 + 2 * 192 * 768) + 256 * 192
+
+
 class Bf16WeightsTest(harness.ServerTestCase):
-    """--weight_dtype=bf16: the decode step's projections in bf16."""
+    """--weight_dtype=bf16: the linear layers served in bf16."""
     NAME = "bf16_weights"
     FLAGS = ("--max_batch=4", "--weight_dtype=bf16")
+    DTYPE = "bf16"
+    BYTES_PER_LINEAR_WEIGHT = 2.0
 
     @classmethod
     def repository_dir(cls):
@@ -112,10 +121,10 @@ class Bf16WeightsTest(harness.ServerTestCase):
 
     def test_reported_and_counted(self):
         info = self.stub.GetModel(pb.GetModelRequest(name=MODEL), timeout=10)
-        self.assertEqual(info.weight_dtype, "bf16")
-        # The float32 parameters (the prompt forward's) and the bf16 decode
-        # copies of the projections.
-        self.assertGreater(info.weight_bytes, 1875328 * 4)
+        self.assertEqual(info.weight_dtype, self.DTYPE)
+        # No float32 copy of the linear layers is kept.
+        expected = FP32_WEIGHT_BYTES - LINEAR_WEIGHTS * (4 - self.BYTES_PER_LINEAR_WEIGHT)
+        self.assertAlmostEqual(info.weight_bytes / expected, 1.0, delta=0.001)
 
     def test_continuations_are_english_words(self):
         check_english_continuations(self)
@@ -135,7 +144,15 @@ class Bf16WeightsTest(harness.ServerTestCase):
                                  "--metrics_port=-1"],
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 2, result.stderr[-2000:])
-        self.assertIn("--weight_dtype must be fp32 or bf16, got 'int4'", result.stderr)
+        self.assertIn("--weight_dtype must be fp32, bf16 or int8, got 'int4'", result.stderr)
+
+
+class Int8WeightsTest(Bf16WeightsTest):
+    """--weight_dtype=int8: the linear layers served in int8 with block scales."""
+    NAME = "int8_weights"
+    FLAGS = ("--max_batch=4", "--weight_dtype=int8")
+    DTYPE = "int8"
+    BYTES_PER_LINEAR_WEIGHT = 1.125
 
 
 class UntrainedBytesTest(harness.ServerTestCase):

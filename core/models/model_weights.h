@@ -1,6 +1,6 @@
-// The decode copy of a weight matrix for DecodeStepOptions::weight_dtype
-// (core/models/decode_step_options.h): the float32 weight itself (shared,
-// not copied) or a bfloat16 copy rounded to nearest even. Contiguous.
+// A served model's weights: the dtype its linear layers are served in
+// (DecodeStepOptions::weight_dtype, core/attention/linear_weights.h) and the
+// bytes they take.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -13,7 +13,8 @@
 
 namespace performer::models {
 
-torch::Tensor DecodeWeight(const torch::Tensor& weight, WeightDtype dtype);
+// The tensor dtype of `dtype`: kFloat, kBFloat16, kChar (int8).
+torch::ScalarType WeightScalarType(WeightDtype dtype);
 
 // Bytes of the distinct storages of `tensors` (undefined ones skipped): a
 // tensor that shares another's storage (a float32 decode weight and its

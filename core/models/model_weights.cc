@@ -1,4 +1,4 @@
-#include "core/models/decode_weight.h"
+#include "core/models/model_weights.h"
 
 #include <torch/torch.h>
 
@@ -6,15 +6,16 @@
 
 namespace performer::models {
 
-torch::Tensor DecodeWeight(const torch::Tensor& weight, WeightDtype dtype) {
-  torch::NoGradGuard no_grad;
+torch::ScalarType WeightScalarType(WeightDtype dtype) {
   switch (dtype) {
     case WeightDtype::kBFloat16:
-      return weight.detach().to(torch::kBFloat16).contiguous();
+      return torch::kBFloat16;
+    case WeightDtype::kInt8:
+      return torch::kChar;
     case WeightDtype::kFloat32:
       break;
   }
-  return weight.detach().contiguous();
+  return torch::kFloat;
 }
 
 int64_t DistinctStorageBytes(const std::vector<torch::Tensor>& tensors) {
