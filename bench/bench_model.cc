@@ -44,11 +44,14 @@ double Median(std::vector<double> values) {
 }
 
 std::vector<DecodeStepVariant> DecodeStepVariants() {
-  std::vector<DecodeStepVariant> variants = {
-      {"fp32, separate ops (reference)", {}}, {"fp32, fused", {}}, {"bf16, fused", {}}};
+  std::vector<DecodeStepVariant> variants = {{"fp32, separate ops (reference)", {}},
+                                             {"fp32, fused", {}},
+                                             {"bf16, fused", {}},
+                                             {"int8, fused", {}}};
   variants[0].step.fused = false;
   variants[1].step.fused = true;
   variants[2].step.weight_dtype = models::WeightDtype::kBFloat16;
+  variants[3].step.weight_dtype = models::WeightDtype::kInt8;
   return variants;
 }
 

@@ -24,7 +24,7 @@ double Median(std::vector<double> values);
 
 // The decode steps the benchmarks compare (core/models/decode_step_options.h),
 // in this order: float32 separate ops (the reference), float32 fused, bf16
-// fused.
+// fused, int8 fused (CPU only).
 struct DecodeStepVariant {
   const char* name;
   models::DecodeStepOptions step;

@@ -14,8 +14,13 @@
 //      token / sgemm FLOP/s.
 //
 // Usage: decode_bench [--threads N] [--reforward-tokens K] [--weight_dtype D]
-// (default all cores, 512, fp32; D = fp32 or bf16: the decode step's weights,
-// core/models/decode_step_options.h; flags also as --name=value). Prints a markdown report.
+// (default all cores, 512, fp32; D = fp32, bf16 or int8: the dtype the
+// model's linear layers are served in, core/models/decode_step_options.h;
+// flags also as --name=value). Prints a markdown report.
+// --weight_dtype D1,D2,... (more than one) only compares the batched step of
+// the listed dtypes in one run, interleaved round by round: each dtype's step
+// time and speed-up over the first, and its bytes per step against the
+// memory read bandwidth measured in the same run.
 // --profile B only runs 300 steps at batch B (to look at with perf); --profile_prefill L only
 // prefills an L-token prompt; --profile_forward N only runs the model's forward of N 16-token
 // prompts as one batch.
@@ -27,13 +32,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/strings/str_split.h"
 
 #include "bench/bench_model.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/decode_step_options.h"
+#include "core/models/model_weights.h"
 #include "core/models/performer_lm.h"
 #include "core/runtime/torch_runtime.h"
 
@@ -76,6 +86,111 @@ double MeasureSgemmFlops() {
     best = std::max(best, 4 * 2.0 * n * n * n / Seconds(start));
   }
   return best;
+}
+
+// Bytes per second one pass of summing a 1 GiB float32 array reads, on all
+// threads, best of 5: the bound a step that streams its weights can reach.
+double MeasureReadBandwidth() {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor big = torch::ones({int64_t{1} << 28});
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = Clock::now();
+    const float sum = big.sum().item<float>();
+    best = std::max(best, static_cast<double>(big.nbytes()) / Seconds(start));
+    if (sum < 0) std::abort();  // keeps the pass
+  }
+  return best;
+}
+
+// The bytes of the weights a decode step reads: all of the model's but the
+// embedding tables (token, position, rotary), of which it reads one row per
+// sequence.
+int64_t StepWeightBytes(const models::PerformerLMImpl& lm) {
+  std::vector<torch::Tensor> read;
+  for (const auto& item : lm.named_parameters()) {
+    if (item.key().find("emb") == std::string::npos) read.push_back(item.value());
+  }
+  for (const auto& item : lm.named_buffers()) {
+    if (item.key().find("emb") == std::string::npos) read.push_back(item.value());
+  }
+  return models::DistinctStorageBytes(read);
+}
+
+// --weight_dtype D1,D2,...: the batched step of each dtype, one decoder
+// each, timed in turn round by round so that machine noise spreads evenly.
+int CompareWeightDtypes(int threads, const std::vector<models::WeightDtype>& dtypes) {
+  TorchRuntimeInfo runtime = ConfigureTorchRuntime(threads);
+  std::printf("# decode_bench: weight dtypes\n\n%s\n\n", DescribeTorchRuntime(runtime).c_str());
+  const std::vector<int64_t> batches = {1, 8, 32, 64};
+  std::vector<std::unique_ptr<decoding::PerformerDecoder>> decoders;
+  std::vector<std::vector<decoding::SequenceId>> ids(dtypes.size());
+  std::vector<int64_t> step_weight_bytes;
+  for (size_t d = 0; d < dtypes.size(); ++d) {
+    decoding::PerformerDecoderOptions options = decoder_options;
+    options.step.weight_dtype = dtypes[d];
+    torch::manual_seed(0);
+    const models::LoadedModel model = BenchModel();
+    decoders.push_back(*decoding::PerformerDecoder::Create(model, batches.back(), options));
+    step_weight_bytes.push_back(StepWeightBytes(*model.lm));
+    for (int64_t i = 0; i < batches.back(); ++i) {
+      ids[d].push_back(*decoders[d]->Create());
+      (void)decoders[d]->Prefill(ids[d].back(), {RandomTokens(16, 256), {}, {}});
+    }
+  }
+  const double bandwidth = MeasureReadBandwidth();
+  const int rounds = 7, steps = 10;
+  // [batch][dtype] -> seconds per step, one per round.
+  std::vector<std::vector<std::vector<double>>> seconds(
+      batches.size(), std::vector<std::vector<double>>(dtypes.size()));
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t b = 0; b < batches.size(); ++b) {
+      const std::vector<int64_t> tokens = RandomTokens(batches[b], 256);
+      for (size_t d = 0; d < dtypes.size(); ++d) {
+        const std::vector<decoding::SequenceId> rows(ids[d].begin(), ids[d].begin() + batches[b]);
+        (void)decoders[d]->Step(rows, tokens);
+        auto t0 = Clock::now();
+        for (int i = 0; i < steps; ++i) (void)decoders[d]->Step(rows, tokens);
+        seconds[b][d].push_back(Seconds(t0) / steps);
+      }
+    }
+  }
+  std::printf("read bandwidth (sum of 1 GiB, best of 5): %.1f GB/s; %d rounds of %d steps, "
+              "median\n\n",
+              bandwidth / 1e9, rounds, steps);
+  std::printf(
+      "| dtype | weight bytes | of which a step reads (all but the embedding tables) | state "
+      "bytes per sequence |\n|---|---:|---:|---:|\n");
+  for (size_t d = 0; d < dtypes.size(); ++d) {
+    std::printf("| %s | %lld | %lld | %lld |\n", models::WeightDtypeName(dtypes[d]),
+                static_cast<long long>(decoders[d]->info().weight_bytes),
+                static_cast<long long>(step_weight_bytes[d]),
+                static_cast<long long>(decoders[d]->info().state_bytes_per_sequence));
+  }
+  std::printf("\n| batch |");
+  for (models::WeightDtype dtype : dtypes) {
+    std::printf(" %s step ms | %s x %s | %s of read bound |", models::WeightDtypeName(dtype),
+                models::WeightDtypeName(dtype), models::WeightDtypeName(dtypes.front()),
+                models::WeightDtypeName(dtype));
+  }
+  std::printf("\n|---:|");
+  for (size_t d = 0; d < dtypes.size(); ++d) std::printf("---:|---:|---:|");
+  std::printf("\n");
+  for (size_t b = 0; b < batches.size(); ++b) {
+    std::printf("| %lld |", static_cast<long long>(batches[b]));
+    const double base = Median(seconds[b][0]);
+    for (size_t d = 0; d < dtypes.size(); ++d) {
+      const double s = Median(seconds[b][d]);
+      // A step reads every weight once and reads and writes each row's state.
+      const double bytes = static_cast<double>(step_weight_bytes[d]) +
+                           2.0 * static_cast<double>(batches[b]) *
+                               static_cast<double>(decoders[d]->info().state_bytes_per_sequence);
+      std::printf(" %.2f | %.2fx | %.0f%% |", s * 1e3, base / s, 100.0 * bytes / s / bandwidth);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 // --profile B: only 300 steps at batch B (for perf record).
@@ -259,6 +374,7 @@ int main(int argc, char** argv) {
   int64_t profile_batch = 0;
   int64_t profile_prefill = 0;
   int64_t profile_forward = 0;
+  std::vector<performer::models::WeightDtype> dtypes;
   // --name=value is --name value.
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
@@ -277,13 +393,17 @@ int main(int argc, char** argv) {
   argv = pointers.data();
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--weight_dtype") == 0) {
-      const std::optional<performer::models::WeightDtype> dtype =
-          performer::models::ParseWeightDtype(argv[i + 1]);
-      if (!dtype.has_value()) {
-        std::fprintf(stderr, "--weight_dtype must be fp32 or bf16, got '%s'\n", argv[i + 1]);
-        return 2;
+      for (const absl::string_view name : absl::StrSplit(argv[i + 1], ',')) {
+        const std::optional<performer::models::WeightDtype> dtype =
+            performer::models::ParseWeightDtype(std::string_view(name.data(), name.size()));
+        if (!dtype.has_value()) {
+          std::fprintf(stderr, "--weight_dtype must list fp32, bf16 or int8, got '%s'\n",
+                       argv[i + 1]);
+          return 2;
+        }
+        dtypes.push_back(*dtype);
       }
-      performer::decoder_options.step.weight_dtype = *dtype;
+      performer::decoder_options.step.weight_dtype = dtypes.front();
     }
     if (std::strcmp(argv[i], "--profile") == 0) profile_batch = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--profile_prefill") == 0) profile_prefill = std::atoll(argv[i + 1]);
@@ -291,6 +411,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--reforward-tokens") == 0) reforward_tokens = std::atoll(argv[i + 1]);
   }
+  if (dtypes.size() > 1) return performer::CompareWeightDtypes(threads, dtypes);
   if (profile_batch > 0) return performer::Profile(threads, profile_batch);
   if (profile_prefill > 0) return performer::ProfilePrefill(threads, profile_prefill);
   if (profile_forward > 0) return performer::ProfileForward(threads, profile_forward);

@@ -248,6 +248,7 @@ import re
 import shlex
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -287,6 +288,31 @@ skipped = []
 
 class CheckError(Exception):
     pass
+
+
+def served_weight_bytes(path, weight_dtype):
+    """The bytes a weights file takes once served with --weight_dtype: every
+    tensor in float32, except the linear layers' weights (2-D "*.weight" that
+    are not embeddings) in bf16 (2 bytes) or int8 (1 byte plus a float32 scale
+    per block of 32 inputs), as the server converts them (docs/serving.md)."""
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    total = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        shape = tensor["shape"]
+        elements = 1
+        for d in shape:
+            elements *= d
+        linear = len(shape) == 2 and name.endswith(".weight") and "emb" not in name
+        if linear and weight_dtype == "bf16":
+            total += 2 * elements
+        elif linear and weight_dtype == "int8":
+            total += elements + 4 * shape[0] * -(-shape[1] // 32)
+        else:
+            total += 4 * elements
+    return total
 
 
 def say(message):
@@ -905,7 +931,7 @@ def check_objects(label, objects, image):
     if repository in image["model_copies"]:
         models = [d for d in glob.glob(os.path.join(models_dir, "*"))
                   if os.path.exists(os.path.join(d, "config.json"))]
-        weights = sum(os.path.getsize(w)
+        weights = sum(served_weight_bytes(w, str(value("weight_dtype")))
                       for w in glob.glob(os.path.join(models_dir, "*", "*.safetensors")))
     else:
         mounted = any(repository == m["mountPath"].rstrip("/") or
