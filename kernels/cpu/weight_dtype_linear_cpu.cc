@@ -427,12 +427,39 @@ PERFORMER_TARGET_AVX512_VNNI void PrepareInt8Rows(const LinearArgs& a, int64_t r
   }
 }
 
+// The per-weight-row vectors of pair p (64 columns) that every row of x
+// reuses: the weights, -128 sum(w) per int32 lane (the offset's correction)
+// and the two blocks' scales laid out as the lanes sum them.
+struct Int8WeightPair {
+  __m512i w;
+  __m512i ncorr;
+  __m512 scale;
+};
+
+PERFORMER_TARGET_AVX512_VNNI inline Int8WeightPair LoadInt8WeightPair(const LinearArgs& a,
+                                                                      int64_t o, int64_t p) {
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const int64_t k = p * 64;
+  const __mmask64 m = a.in - k >= 64 ? ~0ull : (1ull << (a.in - k)) - 1;
+  const __mmask16 ms = 2 * p + 1 < a.blocks ? 0x3 : 0x1;
+  Int8WeightPair pair;
+  pair.w = _mm512_maskz_loadu_epi8(m, a.w_int8 + o * a.in + k);
+  pair.ncorr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, pair.w));
+  pair.scale =
+      _mm512_permutexvar_ps(halves, _mm512_maskz_loadu_ps(ms, a.scales + o * a.blocks + 2 * p));
+  return pair;
+}
+
 // kRows rows of x against 4 weight rows: per weight row the weights, their
 // correction and their scales stay in registers (12), with 12 accumulators
-// at kRows = 3.
+// at kRows = 3. `pairs` (kOutBlock per pair, null: made here) holds the
+// weight vectors when several tiles of rows reuse them.
 template <int kRows>
 PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, int64_t r0,
-                                                         int64_t o0, int64_t outs) {
+                                                         int64_t o0, int64_t outs,
+                                                         const Int8WeightPair* pairs) {
   __m512 acc[kRows][kOutBlock];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
@@ -441,21 +468,11 @@ PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, in
   }
   int64_t rows_o[kOutBlock];
   for (int j = 0; j < kOutBlock; ++j) rows_o[j] = o0 + (j < outs ? j : 0);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   for (int64_t p = 0; p < a.pairs; ++p) {
-    const int64_t k = p * 64;
-    const __mmask64 m = a.in - k >= 64 ? ~0ull : (1ull << (a.in - k)) - 1;
-    const __mmask16 ms = 2 * p + 1 < a.blocks ? 0x3 : 0x1;
-    __m512i wv[kOutBlock], ncorr[kOutBlock];
-    __m512 dw[kOutBlock];
+    Int8WeightPair wp[kOutBlock];
 #pragma GCC unroll 4
     for (int j = 0; j < kOutBlock; ++j) {
-      wv[j] = _mm512_maskz_loadu_epi8(m, a.w_int8 + rows_o[j] * a.in + k);
-      ncorr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, wv[j]));
-      dw[j] = _mm512_permutexvar_ps(
-          halves, _mm512_maskz_loadu_ps(ms, a.scales + rows_o[j] * a.blocks + 2 * p));
+      wp[j] = pairs != nullptr ? pairs[p * kOutBlock + j] : LoadInt8WeightPair(a, rows_o[j], p);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
@@ -463,8 +480,8 @@ PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, in
       const __m512 dx = _mm512_loadu_ps(a.x_scale + ((r0 + r) * a.pairs + p) * 16);
 #pragma GCC unroll 4
       for (int j = 0; j < kOutBlock; ++j) {
-        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(ncorr[j], xv, wv[j]));
-        acc[r][j] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dx, dw[j]), acc[r][j]);
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wp[j].ncorr, xv, wp[j].w));
+        acc[r][j] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dx, wp[j].scale), acc[r][j]);
       }
     }
   }
@@ -473,14 +490,30 @@ PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, in
 
 PERFORMER_TARGET_AVX512_VNNI void BlocksAvx512Int8(const LinearArgs& a, int64_t block_begin,
                                                    int64_t block_end) {
+  // More than one tile of rows: each block's weight vectors are made once
+  // (in L1: kOutBlock x pairs x 192 bytes) instead of once per tile.
+  // new[] of the over-aligned struct (C++17 aligned new); a std::vector
+  // would drop the vector types' alignment from its template argument.
+  std::unique_ptr<Int8WeightPair[]> cache;
+  if (a.rows > 3) cache.reset(new Int8WeightPair[static_cast<size_t>(a.pairs * kOutBlock)]);
   for (int64_t b = block_begin; b < block_end; ++b) {
     const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
+    const Int8WeightPair* pairs = nullptr;
+    if (cache != nullptr) {
+      for (int64_t p = 0; p < a.pairs; ++p) {
+        for (int64_t j = 0; j < kOutBlock; ++j) {
+          cache[p * kOutBlock + j] =
+              LoadInt8WeightPair(a, o0 + (j < outs ? j : 0), p);
+        }
+      }
+      pairs = cache.get();
+    }
     int64_t r = 0;
-    for (; r + 3 <= a.rows; r += 3) MicroAvx512Int8<3>(a, r, o0, outs);
+    for (; r + 3 <= a.rows; r += 3) MicroAvx512Int8<3>(a, r, o0, outs, pairs);
     if (a.rows - r == 2) {
-      MicroAvx512Int8<2>(a, r, o0, outs);
+      MicroAvx512Int8<2>(a, r, o0, outs, pairs);
     } else if (a.rows - r == 1) {
-      MicroAvx512Int8<1>(a, r, o0, outs);
+      MicroAvx512Int8<1>(a, r, o0, outs, pairs);
     }
   }
 }
