@@ -27,6 +27,8 @@
 //               [--requests_per_stream=2] [--max_new_tokens=128] [--prompt_tokens=16]
 //               [--repeats=1] [--client_cpus=0]
 //               [--server_flags=--metrics_port=-1,--log_level=off]
+// A --weight_dtype among --server_flags applies to the engine and the decoder
+// measured beside the server too.
 //   serve_bench --make_bench_model=DIR   writes the bench model folder and exits
 // Without --model_dir the bench model (decode_bench's shape: vocab 256, dim
 // 512, depth 6, heads 8, dim_head 64, nb_features 256, causal; random
@@ -67,6 +69,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -87,6 +90,7 @@
 #include "core/generation/sampling_params.h"
 #include "core/io/safetensors.h"
 #include "core/io/state_dict.h"
+#include "core/models/decode_step_options.h"
 #include "core/models/model_folder.h"
 #include "core/models/performer_lm.h"
 #include "core/runtime/torch_runtime.h"
@@ -665,6 +669,20 @@ DecoderRates MedianRates(const std::vector<DecoderRates>& runs) {
 absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model_dir, int64_t c,
                                                         const Workload& workload);
 
+// The --weight_dtype among --server_flags (fp32 when none): the engine and
+// the decoder measured beside the server serve the model in it too.
+models::WeightDtype ServedWeightDtype() {
+  models::WeightDtype dtype = models::WeightDtype::kFloat32;
+  for (const std::string& flag : absl::GetFlag(FLAGS_server_flags)) {
+    constexpr std::string_view kFlag = "--weight_dtype=";
+    if (flag.rfind(kFlag, 0) != 0) continue;
+    const std::optional<models::WeightDtype> parsed =
+        models::ParseWeightDtype(std::string_view(flag).substr(kFlag.size()));
+    if (parsed.has_value()) dtype = *parsed;
+  }
+  return dtype;
+}
+
 // On the compute thread, where the engine runs its steps too
 // (server/engine/compute_thread.h): one OpenMP team for both.
 absl::StatusOr<DecoderRates> DecoderTokensPerSecond(const std::string& model_dir, int64_t c,
@@ -679,8 +697,10 @@ absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model
   if (!model.ok()) return model.status();
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "cpu") model->MoveTo(torch::Device(device));
+  decoding::PerformerDecoderOptions options;
+  options.step.weight_dtype = ServedWeightDtype();
   absl::StatusOr<std::unique_ptr<decoding::PerformerDecoder>> decoder =
-      decoding::PerformerDecoder::Create(*model, c);
+      decoding::PerformerDecoder::Create(*model, c, options);
   if (!decoder.ok()) return decoder.status();
   c10::InferenceMode inference;
   double step_seconds = 0, total_seconds = 0;
@@ -951,10 +971,11 @@ int Run() {
   };
   std::printf(
       "- model: %s (%s), vocab %s, dim %s, depth %s, heads %s, dim_head %s, nb_features %s, "
-      "max_seq_len %s\n",
+      "max_seq_len %s; weights served in %s (server, engine and decoder)\n",
       model_name.c_str(), config.value("model_class", std::string("?")).c_str(),
       key("num_tokens").c_str(), key("dim").c_str(), key("depth").c_str(), key("heads").c_str(),
-      key("dim_head").c_str(), key("nb_features").c_str(), key("max_seq_len").c_str());
+      key("dim_head").c_str(), key("nb_features").c_str(), key("max_seq_len").c_str(),
+      models::WeightDtypeName(ServedWeightDtype()));
   std::printf(
       "- workload: per stream %lld requests back to back; prompt %lld tokens, %lld new tokens "
       "(greedy, ignore_eos); streams %s; %s; %lld repeats (each figure from its side's median "
@@ -1060,6 +1081,7 @@ int Run() {
       server::RepositoryOptions options;
       options.max_batch = max_concurrency;
       options.device = device;
+      options.decode_step.weight_dtype = ServedWeightDtype();
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       // The engine's threads are the measured side's.
       if (!Pinned(placement->PinToServer())) return 1;

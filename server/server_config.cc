@@ -35,6 +35,10 @@ ABSL_FLAG(bool, skip_bad_models, false,
           "serve the other models. With no loadable model the server never starts.");
 ABSL_FLAG(int64_t, state_memory_bytes, int64_t{1} << 30,
           "Per model: recurrent-state memory; slots = this / state bytes per sequence.");
+ABSL_FLAG(int64_t, model_memory_bytes, 0,
+          "Per model, when positive: the bytes its weights (as --weight_dtype serves them) and "
+          "its state pool take together; slots are also at most (this - weight bytes) / state "
+          "bytes per sequence. 0 = no such bound.");
 ABSL_FLAG(int64_t, max_batch, 64, "Per model: at most this many sequences decode together.");
 ABSL_FLAG(int64_t, max_queue, 256,
           "Per model: requests that may wait for a slot; beyond it RESOURCE_EXHAUSTED.");
@@ -229,6 +233,7 @@ absl::Status CheckEngine(const RepositoryOptions& repository) {
   for (auto [flag, value, least] :
        {std::make_tuple("max_batch", repository.max_batch, int64_t{1}),
         std::make_tuple("state_memory_bytes", repository.state_memory_bytes, int64_t{1}),
+        std::make_tuple("model_memory_bytes", repository.model_memory_bytes, int64_t{0}),
         std::make_tuple("max_queue", engine.max_queue, int64_t{0}),
         std::make_tuple("prefill_chunk_tokens", engine.prefill_chunk_tokens, int64_t{1}),
         std::make_tuple("max_prefills_per_step", engine.max_prefills_per_step, int64_t{1}),
@@ -315,6 +320,7 @@ absl::Status ReadBuckets(const absl::Flag<std::string>& flag, const char* name,
 RepositoryOptions RepositoryFromFlags() {
   RepositoryOptions options;
   options.state_memory_bytes = absl::GetFlag(FLAGS_state_memory_bytes);
+  options.model_memory_bytes = absl::GetFlag(FLAGS_model_memory_bytes);
   options.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
   options.test_load_delay = absl::Milliseconds(absl::GetFlag(FLAGS_test_load_delay_ms));

@@ -127,6 +127,29 @@ absl::StatusOr<int64_t> Slots(const std::string& name, const models::LoadedModel
   return slots;
 }
 
+// With --model_memory_bytes: the slots that fit beside the model's weights in
+// their served dtype. A decoder of one slot converts the weights (in place,
+// so the real decoder finds them converted) and counts them.
+absl::StatusOr<int64_t> SlotsBesideWeights(const std::string& name,
+                                           const models::LoadedModel& model, int64_t slots,
+                                           const RepositoryOptions& options) {
+  if (options.model_memory_bytes <= 0) return slots;
+  absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> probe =
+      decoding::CreateDecoder(model, 1, options.decode_step);
+  if (!probe.ok()) return probe.status();
+  const decoding::DecoderInfo& info = (*probe)->info();
+  const int64_t room = options.model_memory_bytes - info.weight_bytes;
+  const int64_t fit = room / std::max<int64_t>(1, info.state_bytes_per_sequence);
+  if (fit < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name, ": its weights take ", info.weight_bytes, " bytes in ", info.weight_dtype,
+        " and one sequence ", info.state_bytes_per_sequence,
+        " state bytes, more than --model_memory_bytes=", options.model_memory_bytes,
+        " (a smaller --weight_dtype shrinks the weights)"));
+  }
+  return std::min(slots, fit);
+}
+
 // The model's decoder over `slots` state slots, warmed up.
 absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> WarmDecoder(
     const std::string& name, const models::LoadedModel& model, int64_t slots,
@@ -168,6 +191,8 @@ absl::Status HostDecoder(const models::LoadedModel& model, const RepositoryOptio
   if (hosted.kind == ModelKind::kEncoderDecoder)
     hosted.embedder = std::make_unique<Embedder>(model);
   absl::StatusOr<int64_t> slots = Slots(hosted.name, model, options);
+  if (!slots.ok()) return slots.status();
+  slots = SlotsBesideWeights(hosted.name, model, *slots, options);
   if (!slots.ok()) return slots.status();
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
       WarmDecoder(hosted.name, model, *slots, options.decode_step);

@@ -32,6 +32,12 @@ class Embedder;  // server/repository/embedder.h
 struct RepositoryOptions {
   // Per model: slots = min(state_memory_bytes / state bytes per sequence, max_batch).
   int64_t state_memory_bytes = int64_t{1} << 30;
+  // Per model, when positive: the bytes its weights (in the dtype it is
+  // served in, DecoderInfo::weight_bytes) and its state pool may take
+  // together; slots are also at most (this - weight bytes) / state bytes per
+  // sequence, and a model whose weights leave no room for one sequence
+  // fails to load.
+  int64_t model_memory_bytes = 0;
   int64_t max_batch = 64;
   // Where the weights, the state pools and the decode steps live: "cpu" or
   // "cuda[:N]" (needs a LibTorch with CUDA; main.cc checks that first).

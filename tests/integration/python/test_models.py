@@ -2,6 +2,7 @@
 ListModels / GetModel, the slot count from --state_memory_bytes, and Embed
 (checked against the fixtures' encodings)."""
 
+import subprocess
 import unittest
 
 import grpc
@@ -172,6 +173,37 @@ class ModelsTest(harness.ServerTestCase):
             self.assertEqual(info.max_sequences, 3, "floor(3.5 states) slots")
         finally:
             server.stop()
+
+    def test_model_memory_budget_counts_the_served_weights(self):
+        info = self.stub.GetModel(pb.GetModelRequest(name=DECODER), timeout=10)
+        state, weights = info.state_bytes_per_sequence, info.weight_bytes
+        budget = weights + 3 * state + state // 2
+        repo = harness.ModelRepository("model_memory")
+        repo.add(DECODER)
+        slots = {}
+        for dtype in ("fp32", "int8"):
+            server = harness.Server(repo.dir, ["--max_batch=64", "--weight_dtype=" + dtype,
+                                               "--model_memory_bytes=%d" % budget],
+                                    name="model_memory_" + dtype)
+            try:
+                server.start()
+                served = server.model_info(DECODER)
+                self.assertEqual(served.weight_dtype, dtype)
+                room = budget - served.weight_bytes
+                self.assertEqual(served.max_sequences, room // state)
+                slots[dtype] = served.max_sequences
+            finally:
+                server.stop()
+        self.assertEqual(slots["fp32"], 3, "floor(3.5 states) beside the float32 weights")
+        self.assertGreater(slots["int8"], 3, "int8 weights leave room for more sequences")
+        # Weights that leave no room for one sequence: the model does not load.
+        result = subprocess.run([harness.server_binary(), "--model_repository=" + repo.dir,
+                                 "--port=0", "--metrics_port=-1",
+                                 "--model_memory_bytes=%d" % (weights + state // 2)],
+                                capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("more than --model_memory_bytes=%d" % (weights + state // 2),
+                      result.stderr)
 
     # -- embed ----------------------------------------------------------------
     def embed(self, model, ids, pooling):
