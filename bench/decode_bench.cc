@@ -20,7 +20,7 @@
 // --weight_dtype D1,D2,... (more than one) only compares the batched step of
 // the listed dtypes in one run, interleaved round by round: each dtype's step
 // time and speed-up over the first, and its bytes per step against the
-// memory read bandwidth measured in the same run.
+// memory read bandwidth measured in the same run; then a 512-token prefill.
 // --profile B only runs 300 steps at batch B (to look at with perf); --profile_prefill L only
 // prefills an L-token prompt; --profile_forward N only runs the model's forward of N 16-token
 // prompts as one batch.
@@ -190,6 +190,29 @@ int CompareWeightDtypes(int threads, const std::vector<models::WeightDtype>& dty
     std::printf("\n");
     std::fflush(stdout);
   }
+  // A prompt's prefill (one 512-token chunk, as the server takes it), each
+  // dtype in turn, median of 5.
+  constexpr int64_t kPrompt = 512;
+  std::vector<std::vector<double>> prefill(dtypes.size());
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<int64_t> prompt = RandomTokens(kPrompt, 256);
+    for (size_t d = 0; d < dtypes.size(); ++d) {
+      (void)decoders[d]->Release(ids[d].front());
+      ids[d].front() = *decoders[d]->Create();
+      auto t0 = Clock::now();
+      (void)decoders[d]->Prefill(ids[d].front(), {prompt, {}, {}});
+      prefill[d].push_back(Seconds(t0));
+    }
+  }
+  std::printf("\n| prefill of %lld tokens |", static_cast<long long>(kPrompt));
+  for (models::WeightDtype dtype : dtypes) std::printf(" %s ms |", models::WeightDtypeName(dtype));
+  std::printf("\n|---|");
+  for (size_t d = 0; d < dtypes.size(); ++d) std::printf("---:|");
+  std::printf("\n| median of 5 |");
+  for (size_t d = 0; d < dtypes.size(); ++d) {
+    std::printf(" %.1f (%.2fx) |", Median(prefill[d]) * 1e3, Median(prefill[0]) / Median(prefill[d]));
+  }
+  std::printf("\n");
   return 0;
 }
 

@@ -1,7 +1,10 @@
 // The decode step's projections with fp32, bf16 and int8 weights, in the same
 // run: kernels::SkinnyLinear (fp32) against kernels/cpu/weight_dtype_linear_cpu.h
 // (LinearBf16, LinearInt8) on each SIMD path this CPU has, for a 512 -> 2048
-// and a 2048 -> 512 layer (in -> out) at 1, 8 and 32 rows.
+// and a 2048 -> 512 layer (in -> out) at 1, 8 and 32 rows; and at 256 rows (a
+// prompt's chunk) fp32 through sgemm, the fastest streamed path of each
+// compact format, and each compact format widened to float32 then sgemm
+// (*_widened: the alternative to streaming a prompt's rows).
 //
 // A decode step reads every layer's weights once, so a layer's weights are
 // not in the core's caches when its turn comes. To time that, each benchmark
@@ -45,6 +48,9 @@ struct Layer {
 };
 constexpr Layer kLayers[] = {{512, 2048}, {2048, 512}};
 constexpr int64_t kRows[] = {1, 8, 32};
+// A prompt's chunk: float32 goes to sgemm there, and compact weights could be
+// widened to float32 for sgemm instead of streamed (*_widened measures that).
+constexpr int64_t kPrefillRows = 256;
 
 // Copies of one layer's weights in every format.
 struct WeightSet {
@@ -95,13 +101,14 @@ enum class Format { kFp32, kBf16, kInt8 };
 
 struct Variant {
   Format format;
-  LinearPath path;  // kAuto for fp32
+  LinearPath path;        // kAuto for fp32
+  bool widened = false;   // compact weights widened to float32 per call, then sgemm
 };
 
 std::string VariantName(const Variant& v) {
   if (v.format == Format::kFp32) return "fp32";
   return std::string(v.format == Format::kBf16 ? "bf16_" : "int8_") +
-         kernels::cpu::LinearPathName(v.path);
+         (v.widened ? "widened" : kernels::cpu::LinearPathName(v.path));
 }
 
 double WeightBytes(const WeightSet& w, Format format) {
@@ -125,10 +132,29 @@ void TimeLayer(benchmark::State& state, const Layer& layer, int64_t rows, const 
   std::vector<float> y(rows * layer.out);
   const int64_t n = w.Weights(), blocks = w.ScalesPerCopy();
   int64_t c = 0;
+  // *_widened: the layer widened to float32 per call (bf16 exactly, int8 by
+  // its scales) into one buffer, then sgemm.
+  torch::Tensor widened = torch::empty({layer.out, layer.in});
   for (auto _ : state) {
+    if (v.widened) {
+      if (v.format == Format::kInt8) {
+        kernels::cpu::DequantizeInt8(w.q.data() + c * n, w.scales.data() + c * blocks, layer.out,
+                                     layer.in, widened.data_ptr<float>());
+      } else {
+        kernels::cpu::ConvertFromBf16(w.bf16.data() + c * n, n, widened.data_ptr<float>());
+      }
+      torch::Tensor out = torch::mm(x, widened.t());
+      benchmark::DoNotOptimize(out.data_ptr<float>());
+      benchmark::ClobberMemory();
+      c = (c + 1) % w.copies;
+      continue;
+    }
     switch (v.format) {
       case Format::kFp32: {
-        torch::Tensor out = kernels::SkinnyLinear(x, w.fp32[c]);
+        // As the models' linear entry points: the skinny kernel for a decode
+        // step's rows, sgemm for a prompt's.
+        torch::Tensor out = rows == kPrefillRows ? torch::mm(x, w.fp32[c].t())
+                                                 : kernels::SkinnyLinear(x, w.fp32[c]);
         benchmark::DoNotOptimize(out.data_ptr<float>());
         break;
       }
@@ -178,10 +204,25 @@ std::vector<Variant> Variants() {
   return variants;
 }
 
+// At kPrefillRows: fp32 (sgemm), the fastest streamed path and the widened
+// tiles of each compact format.
+std::vector<Variant> PrefillVariants(const std::vector<Variant>& variants) {
+  std::vector<Variant> prefill = {variants.front()};
+  for (Format format : {Format::kBf16, Format::kInt8}) {
+    const LinearWeights weights =
+        format == Format::kBf16 ? LinearWeights::kBf16 : LinearWeights::kInt8;
+    prefill.push_back({format, kernels::cpu::ChosenLinearPath(weights)});
+    prefill.push_back({format, LinearPath::kAuto, /*widened=*/true});
+  }
+  return prefill;
+}
+
 void RegisterAll(const std::vector<Variant>& variants) {
+  std::vector<int64_t> all_rows(std::begin(kRows), std::end(kRows));
+  all_rows.push_back(kPrefillRows);
   for (const Layer& layer : kLayers) {
-    for (int64_t rows : kRows) {
-      for (const Variant& v : variants) {
+    for (int64_t rows : all_rows) {
+      for (const Variant& v : rows == kPrefillRows ? PrefillVariants(variants) : variants) {
         const std::string name = VariantName(v) + "/in:" + std::to_string(layer.in) +
                                  "/out:" + std::to_string(layer.out) +
                                  "/rows:" + std::to_string(rows);
@@ -218,7 +259,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
   }
 
-  void PrintRatios(const std::vector<Variant>& variants) const {
+  void PrintRatios(std::vector<Variant> variants) const {
+    for (const Variant& v : PrefillVariants(variants)) {
+      if (v.widened) variants.push_back(v);
+    }
     std::printf("\n| in -> out | rows |");
     for (const Variant& v : variants)
       std::printf(" %s us (GB/s, x fp32) |", VariantName(v).c_str());

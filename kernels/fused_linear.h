@@ -12,13 +12,12 @@
 // each optional. Returns a new contiguous (rows, out) float32 tensor. Sums are
 // float32 whatever the weight type.
 //
-// CPU (kernels/cpu/fused_linear_cpu.cc): the layer norm and the epilogue as
-// tensor ops around kernels/cpu/skinny_linear_cpu.h (float32 weights) or
-// kernels/cpu/weight_dtype_linear_cpu.h (bfloat16, int8), both of which give
-// each output the same chain of operations whatever `rows` is, up to
-// kMaxStreamedRows rows; above it (a prompt's prefill) the compact weights are
-// widened to float32 in tiles of output rows and multiplied by sgemm, which
-// is faster there (docs/benchmarks.md).
+// CPU (kernels/cpu/fused_linear_cpu.cc): kernels/cpu/skinny_linear_cpu.h with
+// the layer norm and the epilogue as tensor ops (float32 weights), or
+// kernels/cpu/weight_dtype_linear_cpu.h with them in plain loops (bfloat16,
+// int8); both give each output the same chain of operations whatever `rows`
+// is, a prompt's rows included (the compact kernels beat widening the weights
+// for sgemm there: docs/benchmarks.md).
 // CUDA (kernels/cuda/fused_linear_cuda.cu): one launch; each warp streams one
 // weight row with 16-byte loads against up to 8 rows of x staged (and
 // normalised) in shared memory, and applies the epilogue as it stores. Up to
@@ -43,9 +42,6 @@ struct FusedLinearOptions {
   torch::Tensor weight_scales;  // (out, Int8BlocksPerRow(in)): required with int8 weights
 };
 
-// On the CPU: the most rows FusedLinear multiplies against compact weights
-// with the streaming kernels; more are widened in tiles for sgemm.
-constexpr int64_t kMaxStreamedRows = 64;
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const FusedLinearOptions& options = {});

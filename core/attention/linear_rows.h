@@ -5,9 +5,8 @@
 // for a 2048 x 512 layer). Up to 64 float32 CPU rows use
 // kernels::SkinnyLinear (streams W once); otherwise small batches use one
 // gemv per row and larger ones W x^T. A bfloat16 or int8 weight
-// (core/attention/linear_weights.h) goes to kernels::FusedLinear, which
-// streams it up to kernels::kMaxStreamedRows rows and widens it in tiles for
-// sgemm above. Returns a contiguous [B, out].
+// (core/attention/linear_weights.h) goes to kernels::FusedLinear at any
+// number of rows. Returns a contiguous [B, out].
 #pragma once
 
 #include <torch/nn/modules/linear.h>

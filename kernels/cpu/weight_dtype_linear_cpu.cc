@@ -46,7 +46,8 @@ struct LinearArgs {
   int64_t blocks;  // Int8BlocksPerRow(in)
   // Activations prepared once per call by the AVX-512 paths.
   const uint16_t* x_bf16;  // (rows, in): x rounded to bf16
-  const uint8_t* x_u8;     // (rows, 64 * pairs): x quantized per block, + 128
+  const int8_t* x_s8;      // (rows, 64 * pairs): x quantized per block
+  const int32_t* x_corr;   // (rows, pairs, 16): -128 x the sum of each lane's 4 x bytes
   const float* x_scale;    // (rows, pairs, 16): [d(2p) x 8, d(2p + 1) x 8]
   int64_t pairs;           // blocks of 32 columns taken two at a time
 };
@@ -388,23 +389,24 @@ PERFORMER_TARGET_AVX512_BF16 void BlocksAvx512Bf16(const LinearArgs& a, int64_t 
 // vcvtdq2ps, one multiply by the block scale) and vfmadd231ps: 1.6-2.7x
 // faster at 1 row, 1.3-1.8x at 8 to 64 rows.
 //
-// vpdpbusd multiplies unsigned bytes by signed bytes. x is stored offset by
-// 128 as unsigned bytes (x + 128 is in [1, 255]); a block's sum is then
-// x . w + 128 sum(w), and the accumulator starts at -128 sum(w) (one more
-// vpdpbusd of 0x80 bytes with w per weight vector, shared by every row).
-// (The other way, |x| against w negated where x < 0, costs an operation per
-// row and weight vector instead.) One zmm holds two blocks (64 columns): the
-// int32 lanes 0-7 sum block 2p and lanes 8-15 block 2p + 1, and the scales
-// are laid out to match.
+// vpdpbusd multiplies unsigned bytes by signed bytes. The weights are made
+// unsigned as they are loaded, w + 128 (one xor with 0x80; w + 128 is in
+// [1, 255]), and x stays signed; a block's sum is then w . x + 128 sum(x),
+// and the accumulator starts at -128 sum(x), made once per row of x when x
+// is quantized (a row's correction, shared by every weight row). One zmm
+// holds two blocks (64 columns): the int32 lanes 0-7 sum block 2p and lanes
+// 8-15 block 2p + 1, and the scales are laid out to match.
 
 // x quantized with scale max |x| / 127 per block, rounded to nearest even
-// (vcvtps2dq); past `in` x is 0 (stored 128) against masked (zero) weights.
+// (vcvtps2dq); past `in` x is 0 (against masked weights, 128 once made
+// unsigned). Then each pair's correction.
 PERFORMER_TARGET_AVX512_VNNI void PrepareInt8Rows(const LinearArgs& a, int64_t row_begin,
-                                                  int64_t row_end, uint8_t* x_u8, float* x_scale) {
-  const __m512i offset = _mm512_set1_epi32(128);
+                                                  int64_t row_end, int8_t* x_s8, int32_t* x_corr,
+                                                  float* x_scale) {
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t r = row_begin; r < row_end; ++r) {
     const float* x = a.x + r * a.in;
-    uint8_t* q = x_u8 + r * 64 * a.pairs;
+    int8_t* q = x_s8 + r * 64 * a.pairs;
     float* d = x_scale + r * 16 * a.pairs;
     for (int64_t b = 0; b < 2 * a.pairs; ++b) {
       const int64_t k = b * kInt8BlockSize;
@@ -416,23 +418,28 @@ PERFORMER_TARGET_AVX512_VNNI void PrepareInt8Rows(const LinearArgs& a, int64_t r
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
       const float scale = amax / 127.0f;
       const __m512 inv = _mm512_set1_ps(scale == 0.0f ? 0.0f : 127.0f / amax);
-      const __m512i q0 = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), offset);
-      const __m512i q1 = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)), offset);
-      // vpmovusdb saturates to [0, 255]; x * inv is within rounding of
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+      // vpmovsdb saturates to [-128, 127]; x * inv is within rounding of
       // [-127, 127], so it never needs to.
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtusepi32_epi8(q0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k + 16), _mm512_cvtusepi32_epi8(q1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k + 16), _mm512_cvtsepi32_epi8(q1));
       std::fill_n(d + 8 * b, 8, scale);
+    }
+    for (int64_t p = 0; p < a.pairs; ++p) {
+      const __m512i xv = _mm512_loadu_si512(q + p * 64);
+      _mm512_storeu_si512(x_corr + (r * a.pairs + p) * 16,
+                          _mm512_sub_epi32(_mm512_setzero_si512(),
+                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, xv)));
     }
   }
 }
 
 // The per-weight-row vectors of pair p (64 columns) that every row of x
-// reuses: the weights, -128 sum(w) per int32 lane (the offset's correction)
-// and the two blocks' scales laid out as the lanes sum them.
+// reuses: the weights made unsigned (w + 128) and the two blocks' scales laid
+// out as the lanes sum them.
 struct Int8WeightPair {
   __m512i w;
-  __m512i ncorr;
   __m512 scale;
 };
 
@@ -444,17 +451,14 @@ PERFORMER_TARGET_AVX512_VNNI inline Int8WeightPair LoadInt8WeightPair(const Line
   const __mmask64 m = a.in - k >= 64 ? ~0ull : (1ull << (a.in - k)) - 1;
   const __mmask16 ms = 2 * p + 1 < a.blocks ? 0x3 : 0x1;
   Int8WeightPair pair;
-  pair.w = _mm512_maskz_loadu_epi8(m, a.w_int8 + o * a.in + k);
-  pair.ncorr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, pair.w));
+  pair.w = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a.w_int8 + o * a.in + k), offset);
   pair.scale =
       _mm512_permutexvar_ps(halves, _mm512_maskz_loadu_ps(ms, a.scales + o * a.blocks + 2 * p));
   return pair;
 }
 
-// kRows rows of x against 4 weight rows: per weight row the weights, their
-// correction and their scales stay in registers (12), with 12 accumulators
-// at kRows = 3. `pairs` (kOutBlock per pair, null: made here) holds the
+// kRows rows of x against 4 weight rows: per weight row the weights and
+// their scales stay in registers (8), with 12 accumulators at kRows = 3. `pairs` (kOutBlock per pair, null: made here) holds the
 // weight vectors when several tiles of rows reuse them.
 template <int kRows>
 PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, int64_t r0,
@@ -472,15 +476,21 @@ PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, in
     Int8WeightPair wp[kOutBlock];
 #pragma GCC unroll 4
     for (int j = 0; j < kOutBlock; ++j) {
+      if (pairs == nullptr) {
+        // Streaming from memory: ask for the row's bytes 8 vectors ahead.
+        _mm_prefetch(reinterpret_cast<const char*>(a.w_int8 + (rows_o[j] + 2 * kOutBlock) * a.in + p * 64),
+                     _MM_HINT_T0);
+      }
       wp[j] = pairs != nullptr ? pairs[p * kOutBlock + j] : LoadInt8WeightPair(a, rows_o[j], p);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const __m512i xv = _mm512_loadu_si512(a.x_u8 + ((r0 + r) * a.pairs + p) * 64);
+      const __m512i xv = _mm512_loadu_si512(a.x_s8 + ((r0 + r) * a.pairs + p) * 64);
+      const __m512i corr = _mm512_loadu_si512(a.x_corr + ((r0 + r) * a.pairs + p) * 16);
       const __m512 dx = _mm512_loadu_ps(a.x_scale + ((r0 + r) * a.pairs + p) * 16);
 #pragma GCC unroll 4
       for (int j = 0; j < kOutBlock; ++j) {
-        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wp[j].ncorr, xv, wp[j].w));
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, wp[j].w, xv));
         acc[r][j] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dx, wp[j].scale), acc[r][j]);
       }
     }
@@ -650,17 +660,20 @@ void LinearInt8(const float* x, const int8_t* weight, const float* scales, const
   args.w_int8 = weight;
   args.scales = scales;
   args.blocks = Int8BlocksPerRow(in);
-  std::unique_ptr<uint8_t[]> x_u8;
+  std::unique_ptr<int8_t[]> x_s8;
+  std::unique_ptr<int32_t[]> x_corr;
   std::unique_ptr<float[]> x_scale;
 #if PERFORMER_HAVE_AVX512
   if (path == LinearPath::kAvx512) {
     args.pairs = (args.blocks + 1) / 2;
-    x_u8.reset(new uint8_t[rows * 64 * args.pairs]);
+    x_s8.reset(new int8_t[rows * 64 * args.pairs]);
+    x_corr.reset(new int32_t[rows * 16 * args.pairs]);
     x_scale.reset(new float[rows * 16 * args.pairs]);
     at::parallel_for(0, rows, GrainInRows(in), [&](int64_t begin, int64_t end) {
-      PrepareInt8Rows(args, begin, end, x_u8.get(), x_scale.get());
+      PrepareInt8Rows(args, begin, end, x_s8.get(), x_corr.get(), x_scale.get());
     });
-    args.x_u8 = x_u8.get();
+    args.x_s8 = x_s8.get();
+    args.x_corr = x_corr.get();
     args.x_scale = x_scale.get();
   }
 #endif

@@ -104,27 +104,37 @@ TEST(FusedLinearTest, Int8WeightsMatchTheirDequantizedValuesWithinRounding) {
   }
 }
 
-// Above kMaxStreamedRows (a prompt's prefill) compact weights are widened in
-// tiles for sgemm: the product of the widened weights, to float32 rounding.
-TEST(FusedLinearTest, ManyRowsMultiplyTheWidenedWeights) {
+// A prompt's many rows stream the compact weights too: each row within
+// rounding of the widened weights' product, and (norm, product, residual)
+// the same bits as that row alone, so a prefill's projections equal a decode
+// step's.
+TEST(FusedLinearTest, ManyRowsStreamTheCompactWeightsRowByRow) {
   torch::manual_seed(7);
-  const int64_t rows = kMaxStreamedRows + 37;
-  // 3000 outputs of 100 inputs: several tiles, the last one partial.
-  const Operands o = MakeOperands(rows, 100, 3000);
+  const int64_t rows = 301;
+  const Operands o = MakeOperands(rows, 100, 300);
   const Int8Weight q = QuantizeInt8Weight(o.weight);
   const torch::Tensor bf16 = o.weight.to(torch::kBFloat16);
   const torch::Tensor int8_widened =
       q.weight.to(torch::kFloat) *
       q.scales.repeat_interleave(cpu::kInt8BlockSize, 1).narrow(1, 0, 100);
   for (bool int8 : {false, true}) {
-    FusedLinearOptions f = Options(o, true, false, true);
+    FusedLinearOptions f = Options(o, true, true, true);
     if (int8) f.weight_scales = q.scales;
-    const torch::Tensor got = FusedLinear(o.x, int8 ? q.weight : bf16, f);
-    const torch::Tensor h = at::layer_norm(o.x, {100}, o.norm_weight, o.norm_bias, 1e-5);
-    const torch::Tensor w = int8 ? int8_widened : bf16.to(torch::kFloat);
-    const torch::Tensor expected = torch::addmm(o.bias, h, w.t()) + o.residual;
-    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
+    const torch::Tensor weight = int8 ? q.weight : bf16;
+    const torch::Tensor got = FusedLinear(o.x, weight, f);
+    const torch::Tensor expected =
+        Reference(o, int8 ? int8_widened : bf16.to(torch::kFloat), true, true, true);
+    EXPECT_TRUE(torch::allclose(got, expected, 3e-2, 3e-2))
         << "int8 " << int8 << " max |diff| " << (got - expected).abs().max().item<float>();
+    FusedLinearOptions no_gelu = Options(o, true, false, true);
+    no_gelu.weight_scales = f.weight_scales;
+    const torch::Tensor all = FusedLinear(o.x, weight, no_gelu);
+    const Operands one{o.x.narrow(0, 250, 1), o.weight,    o.bias,
+                       o.norm_weight,         o.norm_bias, o.residual.narrow(0, 250, 1)};
+    FusedLinearOptions g = Options(one, true, false, true);
+    g.weight_scales = f.weight_scales;
+    EXPECT_TRUE(torch::equal(FusedLinear(one.x, weight, g), all.narrow(0, 250, 1)))
+        << "int8 " << int8;
   }
 }
 
