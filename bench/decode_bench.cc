@@ -31,15 +31,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_split.h"
-
 #include "bench/bench_model.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/decode_step_options.h"
@@ -155,9 +154,10 @@ int CompareWeightDtypes(int threads, const std::vector<models::WeightDtype>& dty
       }
     }
   }
-  std::printf("read bandwidth (sum of 1 GiB, best of 5): %.1f GB/s; %d rounds of %d steps, "
-              "median\n\n",
-              bandwidth / 1e9, rounds, steps);
+  std::printf(
+      "read bandwidth (sum of 1 GiB, best of 5): %.1f GB/s; %d rounds of %d steps, "
+      "median\n\n",
+      bandwidth / 1e9, rounds, steps);
   std::printf(
       "| dtype | weight bytes | of which a step reads (all but the embedding tables) | state "
       "bytes per sequence |\n|---|---:|---:|---:|\n");
@@ -210,7 +210,8 @@ int CompareWeightDtypes(int threads, const std::vector<models::WeightDtype>& dty
   for (size_t d = 0; d < dtypes.size(); ++d) std::printf("---:|");
   std::printf("\n| median of 5 |");
   for (size_t d = 0; d < dtypes.size(); ++d) {
-    std::printf(" %.1f (%.2fx) |", Median(prefill[d]) * 1e3, Median(prefill[0]) / Median(prefill[d]));
+    std::printf(" %.1f (%.2fx) |", Median(prefill[d]) * 1e3,
+                Median(prefill[0]) / Median(prefill[d]));
   }
   std::printf("\n");
   return 0;

@@ -101,8 +101,8 @@ enum class Format { kFp32, kBf16, kInt8 };
 
 struct Variant {
   Format format;
-  LinearPath path;        // kAuto for fp32
-  bool widened = false;   // compact weights widened to float32 per call, then sgemm
+  LinearPath path;       // kAuto for fp32
+  bool widened = false;  // compact weights widened to float32 per call, then sgemm
 };
 
 std::string VariantName(const Variant& v) {

@@ -41,11 +41,10 @@ bool FusedLinearSupported(const torch::Tensor& weight) {
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const FusedLinearOptions& options) {
-  CheckKernelDevice(
-      "FusedLinear", x,
-      {&weight, &options.bias, &options.norm_weight, &options.norm_bias, &options.residual,
-       &options.weight_scales},
-      /*cuda_kernel=*/true);
+  CheckKernelDevice("FusedLinear", x,
+                    {&weight, &options.bias, &options.norm_weight, &options.norm_bias,
+                     &options.residual, &options.weight_scales},
+                    /*cuda_kernel=*/true);
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
               "FusedLinear: expected x (rows, in) and weight (out, in), got ", x.sizes(), " and ",
               weight.sizes());
@@ -71,8 +70,8 @@ torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
     TORCH_CHECK(options.weight_scales.scalar_type() == torch::kFloat,
                 "FusedLinear: weight_scales must be float32, got ",
                 options.weight_scales.scalar_type());
-    o.weight_scales = Operand(options.weight_scales, out * cpu::Int8BlocksPerRow(in),
-                              "weight_scales");
+    o.weight_scales =
+        Operand(options.weight_scales, out * cpu::Int8BlocksPerRow(in), "weight_scales");
   }
   if (o.residual.defined()) o.residual = o.residual.view({rows, out});
   const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();

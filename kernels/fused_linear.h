@@ -38,10 +38,9 @@ struct FusedLinearOptions {
   torch::Tensor norm_bias;    // (in) or undefined
   double norm_eps = 1e-5;
   FusedActivation activation = FusedActivation::kNone;
-  torch::Tensor residual;  // (rows, out) or undefined; added after the activation
+  torch::Tensor residual;       // (rows, out) or undefined; added after the activation
   torch::Tensor weight_scales;  // (out, Int8BlocksPerRow(in)): required with int8 weights
 };
-
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const FusedLinearOptions& options = {});

@@ -11,8 +11,8 @@ namespace performer {
 
 WeightMatrix CompactWeight(const torch::Tensor& weight, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
-  TORCH_CHECK(weight.scalar_type() == torch::kFloat, "CompactWeight: expected a float32 weight, got ",
-              weight.scalar_type());
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat,
+              "CompactWeight: expected a float32 weight, got ", weight.scalar_type());
   switch (dtype) {
     case torch::kFloat:
       return {weight.detach(), torch::Tensor()};
@@ -45,7 +45,8 @@ void ConvertLinearWeights(const std::vector<torch::nn::Module*>& roots, torch::S
     if (it == converted.end()) it = converted.emplace(key, CompactWeight(weight, dtype)).first;
     weight.requires_grad_(false);
     weight.set_data(it->second.weight);
-    if (it->second.scales.defined()) linear->register_buffer(kLinearWeightScales, it->second.scales);
+    if (it->second.scales.defined())
+      linear->register_buffer(kLinearWeightScales, it->second.scales);
   };
   for (torch::nn::Module* root : roots) {
     // The root itself need not be held by a shared_ptr (modules(true) would

@@ -1,8 +1,10 @@
 #include "core/decoding/decoder_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/linear_weights.h"
 #include "core/decoding/fast_transformers_decoder.h"
 #include "core/decoding/performer_decoder.h"
+#include "core/models/model_weights.h"
 
 namespace performer::decoding {
 namespace {
@@ -37,14 +39,32 @@ absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model) 
   return DoesNotDecode(model);
 }
 
-absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
-    models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step,
-    absl::Status* warnings) {
+absl::Status CheckWeightDtype(const models::LoadedModel& model,
+                              const models::DecodeStepOptions& step) {
   if (step.weight_dtype == models::WeightDtype::kInt8 && OnCuda(model)) {
     return absl::FailedPreconditionError(
         "weight dtype int8 runs on the CPU only (its kernels use AVX-512 VNNI / AVX2); on a GPU "
         "serve with --weight_dtype=bf16 or fp32");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ServeWeightsIn(const models::LoadedModel& model,
+                            const models::DecodeStepOptions& step) {
+  if (absl::Status s = CheckWeightDtype(model, step); !s.ok()) return s;
+  torch::nn::Module* root = nullptr;
+  if (model.lm) root = model.lm.ptr().get();
+  if (model.encdec) root = model.encdec.ptr().get();
+  if (model.ftlm) root = model.ftlm.get();
+  if (model.fast_attention) root = model.fast_attention.ptr().get();
+  if (root != nullptr) ConvertLinearWeights({root}, models::WeightScalarType(step.weight_dtype));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
+    models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step,
+    absl::Status* warnings) {
+  if (absl::Status s = CheckWeightDtype(model, step); !s.ok()) return s;
   if (model.model_class == models::ModelClass::kFastTransformersLM) {
     absl::StatusOr<std::unique_ptr<FastTransformersDecoder>> decoder =
         FastTransformersDecoder::Create(std::move(model), capacity, step.weight_dtype);

@@ -24,6 +24,13 @@ absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
 // an optional speed-up is off (CUDA graphs that could not be captured).
 // FailedPrecondition for int8 weights on a GPU (the int8 kernels run on the
 // CPU only).
+// Converts `model`'s linear layers to step.weight_dtype in place
+// (core/attention/linear_weights.h), as CreateDecoder does, for a model that
+// is served without a decoder (a bidirectional PerformerLM hosted for Embed).
+// FailedPrecondition for int8 weights on a GPU.
+absl::Status ServeWeightsIn(const models::LoadedModel& model,
+                            const models::DecodeStepOptions& step);
+
 absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
     models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step = {},
     absl::Status* warnings = nullptr);

@@ -3,8 +3,8 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/decoding/token_ids.h"
 #include "core/attention/linear_weights.h"
+#include "core/decoding/token_ids.h"
 #include "core/models/model_weights.h"
 
 namespace performer::decoding {

@@ -39,7 +39,7 @@ class FeedForwardImpl : public torch::nn::Module {
   bool glu_;
   double dropout_;
   torch::nn::Linear w1_{nullptr}, w2_{nullptr};
-  bool prepared_ = false;              // PrepareForDecoding
+  bool prepared_ = false;                // PrepareForDecoding
   torch::Tensor w1_scales_, w2_scales_;  // PrepareForDecoding, int8 weights
 };
 TORCH_MODULE(FeedForward);

@@ -1,8 +1,8 @@
 #include "core/models/performer_attention.h"
 
 #include "core/attention/linear_rows.h"
-#include "core/attention/rotary.h"
 #include "core/attention/linear_weights.h"
+#include "core/attention/rotary.h"
 #include "core/models/model_weights.h"
 
 namespace performer::models {
@@ -192,8 +192,8 @@ torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
   FusedLinearOptions project = norm;
   project.bias = qkv_bias_;
   project.weight_scales = qkv_scales_;
-  torch::Tensor qkv = FusedLinearRows(x, qkv_weight_, project)
-                          .view({rows, 3, options_.heads, options_.dim_head});
+  torch::Tensor qkv =
+      FusedLinearRows(x, qkv_weight_, project).view({rows, 3, options_.heads, options_.dim_head});
   torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
   FusedLinearOptions merge;
   if (options_.attn_out_bias) merge.bias = to_out_->bias;
@@ -236,8 +236,8 @@ torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
 
 torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& context,
                                                        const torch::Tensor& context_mask) {
-  torch::Tensor k = SplitHeads(to_k_(context));
-  torch::Tensor v = SplitHeads(to_v_(context));
+  torch::Tensor k = SplitHeads(ForwardLinear(to_k_, context));
+  torch::Tensor v = SplitHeads(ForwardLinear(to_v_, context));
   if (context_mask.defined()) {
     v = v.masked_fill(context_mask.to(torch::kBool).logical_not().unsqueeze(1).unsqueeze(-1), 0.0);
   }

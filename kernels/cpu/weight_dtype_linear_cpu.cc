@@ -428,9 +428,10 @@ PERFORMER_TARGET_AVX512_VNNI void PrepareInt8Rows(const LinearArgs& a, int64_t r
     }
     for (int64_t p = 0; p < a.pairs; ++p) {
       const __m512i xv = _mm512_loadu_si512(q + p * 64);
-      _mm512_storeu_si512(x_corr + (r * a.pairs + p) * 16,
-                          _mm512_sub_epi32(_mm512_setzero_si512(),
-                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, xv)));
+      _mm512_storeu_si512(
+          x_corr + (r * a.pairs + p) * 16,
+          _mm512_sub_epi32(_mm512_setzero_si512(),
+                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, xv)));
     }
   }
 }
@@ -458,8 +459,8 @@ PERFORMER_TARGET_AVX512_VNNI inline Int8WeightPair LoadInt8WeightPair(const Line
 }
 
 // kRows rows of x against 4 weight rows: per weight row the weights and
-// their scales stay in registers (8), with 12 accumulators at kRows = 3. `pairs` (kOutBlock per pair, null: made here) holds the
-// weight vectors when several tiles of rows reuse them.
+// their scales stay in registers (8), with 12 accumulators at kRows = 3. `pairs` (kOutBlock per
+// pair, null: made here) holds the weight vectors when several tiles of rows reuse them.
 template <int kRows>
 PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, int64_t r0,
                                                          int64_t o0, int64_t outs,
@@ -478,8 +479,9 @@ PERFORMER_TARGET_AVX512_VNNI inline void MicroAvx512Int8(const LinearArgs& a, in
     for (int j = 0; j < kOutBlock; ++j) {
       if (pairs == nullptr) {
         // Streaming from memory: ask for the row's bytes 8 vectors ahead.
-        _mm_prefetch(reinterpret_cast<const char*>(a.w_int8 + (rows_o[j] + 2 * kOutBlock) * a.in + p * 64),
-                     _MM_HINT_T0);
+        _mm_prefetch(
+            reinterpret_cast<const char*>(a.w_int8 + (rows_o[j] + 2 * kOutBlock) * a.in + p * 64),
+            _MM_HINT_T0);
       }
       wp[j] = pairs != nullptr ? pairs[p * kOutBlock + j] : LoadInt8WeightPair(a, rows_o[j], p);
     }
@@ -512,8 +514,7 @@ PERFORMER_TARGET_AVX512_VNNI void BlocksAvx512Int8(const LinearArgs& a, int64_t 
     if (cache != nullptr) {
       for (int64_t p = 0; p < a.pairs; ++p) {
         for (int64_t j = 0; j < kOutBlock; ++j) {
-          cache[p * kOutBlock + j] =
-              LoadInt8WeightPair(a, o0 + (j < outs ? j : 0), p);
+          cache[p * kOutBlock + j] = LoadInt8WeightPair(a, o0 + (j < outs ? j : 0), p);
         }
       }
       pairs = cache.get();

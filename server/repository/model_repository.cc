@@ -100,7 +100,9 @@ absl::Status LoadTextSupport(const fs::path& dir, HostedModel& hosted) {
 }
 
 // A bidirectional PerformerLM, hosted for Embed only.
-absl::Status HostEncoder(const models::LoadedModel& model, HostedModel& hosted) {
+absl::Status HostEncoder(const models::LoadedModel& model, const RepositoryOptions& options,
+                         HostedModel& hosted) {
+  if (absl::Status s = decoding::ServeWeightsIn(model, options.decode_step); !s.ok()) return s;
   hosted.vocab_size = model.lm->config().num_tokens;
   hosted.max_sequence_length = model.lm->config().position_limit();
   if (absl::Status s = ValidateGenerationConfig(hosted.generation, hosted.vocab_size, hosted.dir);
@@ -141,11 +143,11 @@ absl::StatusOr<int64_t> SlotsBesideWeights(const std::string& name,
   const int64_t room = options.model_memory_bytes - info.weight_bytes;
   const int64_t fit = room / std::max<int64_t>(1, info.state_bytes_per_sequence);
   if (fit < 1) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        name, ": its weights take ", info.weight_bytes, " bytes in ", info.weight_dtype,
-        " and one sequence ", info.state_bytes_per_sequence,
-        " state bytes, more than --model_memory_bytes=", options.model_memory_bytes,
-        " (a smaller --weight_dtype shrinks the weights)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name, ": its weights take ", info.weight_bytes, " bytes in ",
+                     info.weight_dtype, " and one sequence ", info.state_bytes_per_sequence,
+                     " state bytes, more than --model_memory_bytes=", options.model_memory_bytes,
+                     " (a smaller --weight_dtype shrinks the weights)"));
   }
   return std::min(slots, fit);
 }
@@ -222,7 +224,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadOneHere(const fs::path& dir,
   hosted->kind = *kind;
   if (options.device != "cpu") model->MoveTo(torch::Device(options.device));
   if (absl::Status s = LoadTextSupport(dir, *hosted); !s.ok()) return s;
-  if (absl::Status s = hosted->kind == ModelKind::kEncoder ? HostEncoder(*model, *hosted)
+  if (absl::Status s = hosted->kind == ModelKind::kEncoder ? HostEncoder(*model, options, *hosted)
                                                            : HostDecoder(*model, options, *hosted);
       !s.ok()) {
     return s;

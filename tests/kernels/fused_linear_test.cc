@@ -153,13 +153,16 @@ TEST(FusedLinearTest, Int8WeightsNeedTheirScales) {
             std::string::npos);
   FusedLinearOptions with_scales;
   with_scales.weight_scales = q.scales;
-  EXPECT_NE(message([&] { FusedLinear(x, torch::randn({5, 40}), with_scales); })
-                .find("weight_scales go with int8 weights only"),
+  EXPECT_NE(message([&] {
+              FusedLinear(x, torch::randn({5, 40}), with_scales);
+            }).find("weight_scales go with int8 weights only"),
             std::string::npos);
   with_scales.weight_scales = q.scales.narrow(1, 0, 1);
   EXPECT_NE(message([&] { FusedLinear(x, q.weight, with_scales); }).find("weight_scales must have"),
             std::string::npos);
-  EXPECT_NE(message([] { QuantizeInt8Weight(torch::full({2, 3}, INFINITY)); }).find("not finite"),
+  EXPECT_NE(message([] {
+              QuantizeInt8Weight(torch::full({2, 3}, INFINITY));
+            }).find("not finite"),
             std::string::npos);
 }
 

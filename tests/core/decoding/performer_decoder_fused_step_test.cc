@@ -10,6 +10,8 @@
 
 #include "core/decoding/performer_decoder.h"
 #include "core/models/decode_step_options.h"
+#include "core/models/model_weights.h"
+#include "core/models/performer_encdec.h"
 #include "tests/core/models/model_test_util.h"
 #include "tests/testing/cuda_device.h"
 
@@ -87,41 +89,36 @@ TEST_P(FusedStepTest, Float32FusedStepEqualsSeparateOpsBitForBit) {
            });
 }
 
-TEST_P(FusedStepTest, Bf16WeightsStayWithinTheirRounding) {
+// The variant served in `dtype` against float32: within `tolerance` of the
+// largest logit, and not the float32 logits exactly.
+void ExpectWithinRounding(const FusedVariant& variant, WeightDtype dtype, double tolerance) {
   PerformerLMConfig config = TinyLMConfig();
-  GetParam().apply(config);
-  DecodeStepOptions bf16;
-  bf16.weight_dtype = WeightDtype::kBFloat16;
+  variant.apply(config);
+  DecodeStepOptions compact;
+  compact.weight_dtype = dtype;
   auto reference = Decoder(config, {});
-  auto rounded = Decoder(config, bf16);
-  StepBoth(*rounded, *reference, config.num_tokens,
-           [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
+  auto converted = Decoder(config, compact);
+  StepBoth(*converted, *reference, config.num_tokens,
+           [&](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
              const double scale = y.abs().max().item<double>();
              const double diff = (x - y).abs().max().item<double>();
-             // 8 mantissa bits: a relative error of 2^-9 per weight, a few
-             // percent of the largest logit after the layers compound it.
-             EXPECT_LE(diff, 0.03 * scale) << what;
-             EXPECT_GT(diff, 0.0) << what << ": bf16 weights gave the float32 logits exactly";
+             EXPECT_LE(diff, tolerance * scale) << what;
+             EXPECT_GT(diff, 0.0) << what << ": " << models::WeightDtypeName(dtype)
+                                  << " weights gave the float32 logits exactly";
            });
+}
+
+// 8 mantissa bits: a relative error of 2^-9 per weight, a few percent of the
+// largest logit after the layers compound it.
+TEST_P(FusedStepTest, Bf16WeightsStayWithinTheirRounding) {
+  ExpectWithinRounding(GetParam(), WeightDtype::kBFloat16, 0.03);
 }
 
 // int8 with a scale per block of 32: each weight moves by at most half its
 // block's step (1/254 of the block's largest), and the AVX-512 path
-// quantizes x the same way; the logits stay within a few percent.
+// quantizes x the same way.
 TEST_P(FusedStepTest, Int8WeightsStayWithinTheirRounding) {
-  PerformerLMConfig config = TinyLMConfig();
-  GetParam().apply(config);
-  DecodeStepOptions int8;
-  int8.weight_dtype = WeightDtype::kInt8;
-  auto reference = Decoder(config, {});
-  auto quantized = Decoder(config, int8);
-  StepBoth(*quantized, *reference, config.num_tokens,
-           [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
-             const double scale = y.abs().max().item<double>();
-             const double diff = (x - y).abs().max().item<double>();
-             EXPECT_LE(diff, 0.06 * scale) << what;
-             EXPECT_GT(diff, 0.0) << what << ": int8 weights gave the float32 logits exactly";
-           });
+  ExpectWithinRounding(GetParam(), WeightDtype::kInt8, 0.06);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -179,7 +176,8 @@ TEST(DecodeStepOptionsTest, WeightBytesCountEachStorageOnce) {
   };
   const int64_t fp32 = sum([](Matrix m) { return 4 * m.out * m.in; });
   const int64_t half = sum([](Matrix m) { return 2 * m.out * m.in; });
-  const int64_t quarter = sum([](Matrix m) { return m.out * m.in + 4 * m.out * ((m.in + 31) / 32); });
+  const int64_t quarter =
+      sum([](Matrix m) { return m.out * m.in + 4 * m.out * ((m.in + 31) / 32); });
   EXPECT_EQ(a->info().weight_bytes, parameters);
   EXPECT_EQ(b->info().weight_bytes, parameters);
   EXPECT_EQ(c->info().weight_bytes, parameters - fp32 + half);
@@ -187,6 +185,56 @@ TEST(DecodeStepOptionsTest, WeightBytesCountEachStorageOnce) {
   EXPECT_EQ(a->info().weight_dtype, "fp32");
   EXPECT_EQ(c->info().weight_dtype, "bf16");
   EXPECT_EQ(d->info().weight_dtype, "int8");
+}
+
+// An encoder-decoder serves its encoder in the dtype too: every linear layer
+// converted, the source encoded and the target decoded within rounding of
+// float32.
+TEST(DecodeStepOptionsTest, EncoderDecoderServesEveryLayerInTheDtype) {
+  models::PerformerEncDecConfig config;
+  config.dim = 16;
+  config.enc = TinyLMConfig();
+  config.enc.causal = false;
+  config.dec = TinyLMConfig();
+  config.dec.cross_attend = true;
+  std::vector<torch::Tensor> reference;
+  for (WeightDtype dtype : {WeightDtype::kFloat32, WeightDtype::kBFloat16, WeightDtype::kInt8}) {
+    SCOPED_TRACE(models::WeightDtypeName(dtype));
+    models::LoadedModel model;
+    model.model_class = models::ModelClass::kPerformerEncDec;
+    model.encdec = models::PerformerEncDec(config);
+    models::testing::Randomize(*model.encdec, 5);
+    model.encdec->eval();
+    PerformerDecoderOptions options;
+    options.step.weight_dtype = dtype;
+    absl::StatusOr<std::unique_ptr<PerformerDecoder>> decoder =
+        PerformerDecoder::Create(model, 2, options);
+    ASSERT_TRUE(decoder.ok()) << decoder.status();
+    for (const auto& m : model.encdec->modules(/*include_self=*/false)) {
+      if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.get())) {
+        EXPECT_EQ(linear->weight.scalar_type(), models::WeightScalarType(dtype));
+      }
+    }
+    const SequenceId id = *(*decoder)->Create();
+    std::vector<torch::Tensor> logits;
+    absl::StatusOr<torch::Tensor> first = (*decoder)->Prefill(id, {{1, 2, 3}, {4, 5, 6, 7}, {}});
+    ASSERT_TRUE(first.ok()) << first.status();
+    logits.push_back(*first);
+    for (int64_t token : {8, 9, 10}) {
+      absl::StatusOr<torch::Tensor> next = (*decoder)->Step({id}, {token});
+      ASSERT_TRUE(next.ok()) << next.status();
+      logits.push_back((*next)[0]);
+    }
+    if (reference.empty()) {
+      reference = logits;
+      continue;
+    }
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const double scale = reference[i].abs().max().item<double>();
+      EXPECT_LE((logits[i] - reference[i]).abs().max().item<double>(), 0.06 * scale) << i;
+      EXPECT_FALSE(torch::equal(logits[i], reference[i])) << i;
+    }
+  }
 }
 
 TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
