@@ -107,11 +107,10 @@ double MeasureReadBandwidth() {
 // sequence.
 int64_t StepWeightBytes(const models::PerformerLMImpl& lm) {
   std::vector<torch::Tensor> read;
-  for (const auto& item : lm.named_parameters()) {
-    if (item.key().find("emb") == std::string::npos) read.push_back(item.value());
-  }
-  for (const auto& item : lm.named_buffers()) {
-    if (item.key().find("emb") == std::string::npos) read.push_back(item.value());
+  for (const auto& named : {lm.named_parameters(), lm.named_buffers()}) {
+    for (const auto& item : named) {
+      if (item.key().find("emb") == std::string::npos) read.push_back(item.value());
+    }
   }
   return models::DistinctStorageBytes(read);
 }

@@ -15,10 +15,9 @@ absl::Status DoesNotDecode(const models::LoadedModel& model) {
 }
 
 bool OnCuda(const models::LoadedModel& model) {
-  std::vector<torch::Tensor> params;
-  if (model.lm) params = model.lm->parameters();
-  if (model.encdec) params = model.encdec->parameters();
-  if (model.ftlm) params = model.ftlm->parameters();
+  const torch::nn::Module* held = model.module();
+  if (held == nullptr) return false;
+  const std::vector<torch::Tensor> params = held->parameters();
   return !params.empty() && params.front().is_cuda();
 }
 
@@ -52,12 +51,9 @@ absl::Status CheckWeightDtype(const models::LoadedModel& model,
 absl::Status ServeWeightsIn(const models::LoadedModel& model,
                             const models::DecodeStepOptions& step) {
   if (absl::Status s = CheckWeightDtype(model, step); !s.ok()) return s;
-  torch::nn::Module* root = nullptr;
-  if (model.lm) root = model.lm.ptr().get();
-  if (model.encdec) root = model.encdec.ptr().get();
-  if (model.ftlm) root = model.ftlm.get();
-  if (model.fast_attention) root = model.fast_attention.ptr().get();
-  if (root != nullptr) ConvertLinearWeights({root}, models::WeightScalarType(step.weight_dtype));
+  if (torch::nn::Module* held = model.module(); held != nullptr) {
+    ConvertLinearWeights({held}, models::WeightScalarType(step.weight_dtype));
+  }
   return absl::OkStatus();
 }
 

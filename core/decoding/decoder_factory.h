@@ -19,11 +19,6 @@ namespace performer::decoding {
 // Exact state bytes of one sequence of `model`'s decoder, without building it.
 absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
 
-// A decoder of `capacity` slots whose step computes as `step` says
-// (core/models/decode_step_options.h); `warnings` (may be null) receives why
-// an optional speed-up is off (CUDA graphs that could not be captured).
-// FailedPrecondition for int8 weights on a GPU (the int8 kernels run on the
-// CPU only).
 // Converts `model`'s linear layers to step.weight_dtype in place
 // (core/attention/linear_weights.h), as CreateDecoder does, for a model that
 // is served without a decoder (a bidirectional PerformerLM hosted for Embed).
@@ -31,6 +26,11 @@ absl::StatusOr<int64_t> StateBytesPerSequence(const models::LoadedModel& model);
 absl::Status ServeWeightsIn(const models::LoadedModel& model,
                             const models::DecodeStepOptions& step);
 
+// A decoder of `capacity` slots whose step computes as `step` says
+// (core/models/decode_step_options.h); `warnings` (may be null) receives why
+// an optional speed-up is off (CUDA graphs that could not be captured).
+// FailedPrecondition for int8 weights on a GPU (the int8 kernels run on the
+// CPU only).
 absl::StatusOr<std::unique_ptr<SequenceDecoder>> CreateDecoder(
     models::LoadedModel model, int64_t capacity, const models::DecodeStepOptions& step = {},
     absl::Status* warnings = nullptr);

@@ -38,9 +38,7 @@ absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
       return absl::FailedPreconditionError(
           absl::StrCat("model_class ", info.model_class, " cannot decode with PerformerDecoder"));
   }
-  torch::nn::Module& root = model.model_class == models::ModelClass::kPerformerEncDec
-                                ? static_cast<torch::nn::Module&>(*model.encdec)
-                                : static_cast<torch::nn::Module&>(*model.lm);
+  torch::nn::Module& root = *model.module();
   // The whole model, an encoder-decoder's encoder too, runs in the dtype.
   ConvertLinearWeights({&root}, models::WeightScalarType(options.step.weight_dtype));
   // Outside InferenceMode: the model's full forward (prefill, or a caller's

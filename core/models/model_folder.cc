@@ -69,11 +69,16 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> NormalizeCheckpointKeys(
   return out;
 }
 
+torch::nn::Module* LoadedModel::module() const {
+  if (lm) return lm.ptr().get();
+  if (encdec) return encdec.ptr().get();
+  if (ftlm) return ftlm.get();
+  if (fast_attention) return fast_attention.ptr().get();
+  return nullptr;
+}
+
 void LoadedModel::MoveTo(const torch::Device& device) {
-  if (lm) lm->to(device);
-  if (encdec) encdec->to(device);
-  if (ftlm) ftlm->to(device);
-  if (fast_attention) fast_attention->to(device);
+  if (torch::nn::Module* held = module(); held != nullptr) held->to(device);
 }
 
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& dir) {

@@ -42,6 +42,10 @@ struct LoadedModel {
   FastTransformersLM ftlm;                // kFastTransformersLM
   FastAttention fast_attention{nullptr};  // kFastAttention
 
+  // Whichever of the handles above holds the model, as a module; null when
+  // none does.
+  torch::nn::Module* module() const;
+
   // Moves the parameters and buffers of whichever module is held to
   // `device` (dtypes unchanged).
   void MoveTo(const torch::Device& device);

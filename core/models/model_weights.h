@@ -17,8 +17,8 @@ namespace performer::models {
 torch::ScalarType WeightScalarType(WeightDtype dtype);
 
 // Bytes of the distinct storages of `tensors` (undefined ones skipped): a
-// tensor that shares another's storage (a float32 decode weight and its
-// parameter) counts once.
+// tensor that shares another's storage (the q/k/v layers' views of their
+// fused matrix) counts once.
 int64_t DistinctStorageBytes(const std::vector<torch::Tensor>& tensors);
 
 // A module's parameters then its buffers (recursively): the tensors whose
