@@ -55,6 +55,9 @@
 #include "absl/time/time.h"
 #include "core/runtime/torch_runtime.h"
 #include "server/engine/state_signature.h"
+#include "server/http/http_listener.h"
+#include "server/http/openai_response.h"
+#include "server/http/openai_service.h"
 #include "server/logging/request_log.h"
 #include "server/logging/server_log.h"
 #include "server/metrics/metrics_endpoint.h"
@@ -575,7 +578,8 @@ void WritePortFile(const std::string& path, int value) {
 }
 
 void LogListening(const ServerConfig& config, const Credentials& credentials,
-                  const GrpcServer& grpc, int metrics_port, const ModelRepository& repository) {
+                  const GrpcServer& grpc, int http_port, int metrics_port,
+                  const ModelRepository& repository) {
   const SecurityConfig& security = config.security;
   LogEvent(level::info, "listening",
            {{"address", config.grpc.Address(grpc.port)},
@@ -585,6 +589,7 @@ void LogListening(const ServerConfig& config, const Credentials& credentials,
             {"auth_tokens",
              credentials.tokens ? static_cast<int64_t>(credentials.tokens->size()) : int64_t{-1}},
             {"health_port", grpc.health_port},
+            {"http_port", http_port},
             {"metrics_port", metrics_port},
             {"metrics_auth", credentials.metrics_token != nullptr},
             {"reflection", config.grpc.reflection},
@@ -647,6 +652,39 @@ performer::server::ServiceOptions ServiceOptionsFor(const ServerConfig& config,
   return options;
 }
 
+// The HTTP listener serving `service`; null with --http_port=-1.
+absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> StartHttp(
+    const ServerConfig& config, performer::server::OpenAiService& service) {
+  if (config.http.port < 0) return nullptr;
+  performer::server::HttpListenerOptions options;
+  options.host = config.grpc.host;
+  options.port = config.http.port;
+  options.threads = config.http.threads;
+  options.max_body_bytes = config.grpc.max_message_bytes;
+  options.max_connections = config.http.max_connections;
+  options.error_body = [](int http_status, const absl::Status& status) {
+    return performer::server::ErrorJson(status, http_status);
+  };
+  return performer::server::HttpListener::Start(
+      options, [&service](const performer::server::HttpRequest& request,
+                          const std::shared_ptr<performer::server::HttpExchange>& exchange) {
+        service.Handle(request, exchange);
+      });
+}
+
+// What the OpenAI API's generations share with the gRPC services'.
+performer::server::OpenAiServiceOptions OpenAiOptionsFor(
+    const performer::server::ServiceOptions& services) {
+  performer::server::OpenAiServiceOptions options;
+  options.start.buffer_tokens = services.stream_buffer_tokens;
+  options.start.tokens = services.tokens;
+  options.start.max_priority_unprivileged = services.max_priority_unprivileged;
+  options.start.security_observer = services.security_observer;
+  options.start.peers = services.peers;
+  options.observers = services.observers;
+  return options;
+}
+
 int Run() {
   const sigset_t signals = BlockServingSignals();
   const GrpcLibrary grpc_library;
@@ -689,12 +727,17 @@ int Run() {
       *config, *credentials, metrics, {&service, &inference_service}, service_options.observers);
   if (!grpc.ok()) return Fail(1, std::string(grpc.status().message()));
   if (service_options.peers != nullptr) service_options.peers->SetSelfPort(grpc->port);
+  performer::server::OpenAiService openai_service(**repository, OpenAiOptionsFor(service_options));
+  absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> http =
+      StartHttp(*config, openai_service);
+  if (!http.ok()) return Fail(1, std::string(http.status().message()));
   grpc::HealthCheckServiceInterface& health = *grpc->server->GetHealthCheckService();
   SetReadiness(health, **repository, true);
   health.SetServingStatus(kLivenessName, true);
   // The metrics port first, so that the gRPC port file alone signals
   // readiness.
   WritePortFile(config->metrics.port_file, metrics_port);
+  if (*http) WritePortFile(config->http.port_file, (*http)->port());
   WritePortFile(config->grpc.port_file, grpc->port);
 
   int signal_number = 0;
@@ -704,7 +747,8 @@ int Run() {
     if (!reloader.empty()) {
       reloader.StartPolling(absl::Seconds(config->security.credentials_reload_seconds));
     }
-    LogListening(*config, *credentials, *grpc, metrics_port, **repository);
+    LogListening(*config, *credentials, *grpc, *http ? (*http)->port() : -1, metrics_port,
+                 **repository);
     signal_number = WaitForTermination(signals, early_signal, reloader);
     LogEvent(level::info, "drain",
              {{"signal", signal_number},
@@ -715,6 +759,7 @@ int Run() {
   Drain(**repository, config->drain_timeout);
   grpc->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc->server->Wait();
+  if (*http) (*http)->Stop();
   LogEvent(level::info, "stopped");
   return 0;
 }

@@ -187,6 +187,16 @@ ABSL_FLAG(int32_t, health_port, -1,
           "A second, plaintext port on --host serving only grpc.health.v1.Health (every other "
           "call PERMISSION_DENIED), for probes that cannot speak TLS such as the kubelet's "
           "gRPC probe; -1 = none.");
+ABSL_FLAG(int32_t, http_port, -1,
+          "HTTP port on --host serving the OpenAI-compatible API (docs/http.md); 0 picks a free "
+          "port (see --http_port_file), -1 = no HTTP listener.");
+ABSL_FLAG(std::string, http_port_file, "",
+          "Once serving, write the bound HTTP port here (after --port_file's port is known, "
+          "before --port_file is written).");
+ABSL_FLAG(int32_t, http_threads, 2,
+          "Threads of the HTTP listener; each serves any number of connections.");
+ABSL_FLAG(int64_t, http_max_connections, 10000,
+          "Open HTTP connections at most; one more is answered 503 and closed.");
 ABSL_FLAG(int32_t, credentials_reload_seconds, 10,
           "How often the token files and the TLS files are checked for changes and re-read "
           "(at least 1). SIGHUP re-reads the token files at once.");
@@ -291,6 +301,14 @@ absl::Status CheckGrpc(const GrpcConfig& grpc) {
   return absl::OkStatus();
 }
 
+absl::Status CheckHttp(const HttpConfig& http) {
+  if (absl::Status s = CheckPort("http_port", http.port, /*may_be_off=*/true); !s.ok()) return s;
+  if (http.threads < 1 || http.threads > 64) {
+    return Invalid(absl::StrCat("--http_threads must be 1 to 64, got ", http.threads));
+  }
+  return CheckAtLeast("http_max_connections", http.max_connections, int64_t{1});
+}
+
 absl::Status CheckSecurity(const SecurityConfig& security) {
   if (absl::Status s =
           CheckAtLeast("credentials_reload_seconds", security.credentials_reload_seconds, 1);
@@ -370,6 +388,15 @@ GrpcConfig GrpcFromFlags() {
   return grpc;
 }
 
+HttpConfig HttpFromFlags() {
+  HttpConfig http;
+  http.port = absl::GetFlag(FLAGS_http_port);
+  http.port_file = absl::GetFlag(FLAGS_http_port_file);
+  http.threads = absl::GetFlag(FLAGS_http_threads);
+  http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  return http;
+}
+
 absl::StatusOr<MetricsConfig> MetricsFromFlags() {
   MetricsConfig metrics;
   metrics.host = absl::GetFlag(FLAGS_metrics_host);
@@ -426,6 +453,12 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
   if (absl::Status s = CheckServingDevice(config.repository.device); !s.ok()) return s;
   if (absl::Status s = CheckEngine(config.repository); !s.ok()) return s;
   if (absl::Status s = CheckGrpc(config.grpc); !s.ok()) return s;
+  if (absl::Status s = CheckHttp(config.http); !s.ok()) return s;
+  if (config.http.port >= 0 && config.security.tls_on()) {
+    return Invalid(
+        "--http_port with --tls_cert_file: the HTTP listener serves plaintext only; terminate "
+        "TLS in front of it (a proxy or the gateway) or serve gRPC alone");
+  }
   if (absl::Status s = CheckPort("metrics_port", config.metrics.port, /*may_be_off=*/true);
       !s.ok()) {
     return s;
@@ -465,6 +498,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   config.liveness_stall = absl::Seconds(absl::GetFlag(FLAGS_liveness_stall_seconds));
   config.grpc = GrpcFromFlags();
+  config.http = HttpFromFlags();
   absl::StatusOr<MetricsConfig> metrics = MetricsFromFlags();
   if (!metrics.ok()) return metrics.status();
   config.metrics = *std::move(metrics);

@@ -38,6 +38,14 @@ struct GrpcConfig {
   std::string Address(int32_t port_number) const;
 };
 
+// The HTTP listener (server/http/): the OpenAI-compatible API.
+struct HttpConfig {
+  int32_t port = -1;  // -1 = off, 0 = a free port; on GrpcConfig::host
+  std::string port_file;
+  int32_t threads = 2;
+  int64_t max_connections = 10000;
+};
+
 // The Prometheus endpoint.
 struct MetricsConfig {
   std::string host = "127.0.0.1";
@@ -78,6 +86,7 @@ struct ServerConfig {
   absl::Duration drain_timeout = absl::Seconds(30);
   absl::Duration liveness_stall = absl::Seconds(30);
   GrpcConfig grpc;
+  HttpConfig http;
   MetricsConfig metrics;
   SecurityConfig security;
   SessionPeerConfig session_peers;

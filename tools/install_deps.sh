@@ -11,7 +11,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libssl-dev openssl
   libabsl-dev prometheus-cpp-dev prometheus
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libboost-dev
   libspdlog-dev libsentencepiece-dev
   nlohmann-json3-dev
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf python3-yaml

@@ -39,4 +39,15 @@ cat >"$OUT/generation_config.json" <<'JSON'
   "top_k": 40
 }
 JSON
+# The chat template (server/repository/chat_template.h): the riddles'
+# "Q:<tab>" / "A:<tab>" lines; a turn ends at the end of its line.
+cat >"$OUT/chat_template.json" <<'JSON'
+{
+  "system": "{content}\n",
+  "user": "Q:\t{content}\n",
+  "assistant": "A:\t{content}\n",
+  "generation_prompt": "A:\t",
+  "stop": ["\n"]
+}
+JSON
 echo "train_default_model: wrote $OUT"

@@ -12,10 +12,12 @@
 
 namespace performer::server {
 
-// The APIs an RPC may belong to (RpcRecord::protocol): performer.v1 and the
-// Open Inference Protocol (inference.GRPCInferenceService).
+// The APIs an RPC may belong to (RpcRecord::protocol): performer.v1, the
+// Open Inference Protocol (inference.GRPCInferenceService) and the OpenAI
+// API over HTTP (server/http/).
 inline constexpr std::string_view kPerformerProtocol = "performer";
 inline constexpr std::string_view kKServeV2Protocol = "kserve_v2";
+inline constexpr std::string_view kOpenAiProtocol = "openai";
 
 struct RpcRecord {
   std::string_view method;  // "GenerateStream", "Generate", "Embed", "Cancel", ...

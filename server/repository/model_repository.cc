@@ -88,7 +88,7 @@ std::optional<ModelKind> HostedKind(const models::LoadedModel& model) {
   return std::nullopt;
 }
 
-// The folder's tokenizer (if any) and generation defaults.
+// The folder's tokenizer (if any), generation defaults and chat template.
 absl::Status LoadTextSupport(const fs::path& dir, HostedModel& hosted) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir.string());
   if (!tokenizer.ok()) return tokenizer.status();
@@ -96,6 +96,9 @@ absl::Status LoadTextSupport(const fs::path& dir, HostedModel& hosted) {
   absl::StatusOr<GenerationConfig> generation = LoadGenerationConfig(dir.string());
   if (!generation.ok()) return generation.status();
   hosted.generation = *generation;
+  absl::StatusOr<std::optional<ChatTemplate>> chat = LoadChatTemplate(dir.string());
+  if (!chat.ok()) return chat.status();
+  hosted.chat_template = std::move(*chat);
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "core/models/decode_step_options.h"
 #include "server/engine/engine.h"
+#include "server/repository/chat_template.h"
 #include "server/repository/generation_config.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -72,6 +73,7 @@ struct HostedModel {
   int64_t max_sequence_length = 0;
   std::unique_ptr<Tokenizer> tokenizer;  // null: token ids only
   GenerationConfig generation;
+  std::optional<ChatTemplate> chat_template;  // chat_template.json; none = no chat
   std::unique_ptr<Engine> engine;      // decoder / encoder-decoder
   std::unique_ptr<Embedder> embedder;  // encoder / encoder-decoder (its encoder)
   double load_seconds = 0;

@@ -1,10 +1,8 @@
 // What every gRPC front end of the engine shares (performer.v1.Generation and
-// inference.GRPCInferenceService): the one path from a wire request
-// (performer.v1.GenerateRequest; other protocols translate theirs into it) to
-// a submitted engine request, with the same model lookup, tokenization,
-// defaults, limits and overload answer; the record each RPC reports to the
-// observers; and the link through which an engine thread hands a reactor its
-// tokens.
+// inference.GRPCInferenceService): the shared generation path
+// (generation_start.h) started from a gRPC call; the record each RPC reports
+// to the observers; and the link through which an engine thread hands a
+// reactor its tokens.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -28,6 +26,7 @@
 #include "server/repository/model_repository.h"
 #include "server/security/security_observer.h"
 #include "server/security/token_authenticator.h"
+#include "server/service/generation_start.h"
 #include "server/service/session_peers.h"
 
 namespace performer::server {
@@ -35,23 +34,6 @@ namespace performer::server {
 // absl and gRPC share the canonical code numbers.
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
-
-// Text or token ids of a oneof, as model tokens. `field` names the text
-// field in messages: INVALID_ARGUMENT when the text has more than
-// bounds.max_prompt_bytes (checked before tokenizing), the model has no
-// tokenizer or the text does not encode.
-absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const RequestBounds& bounds,
-                                            bool has_text, const std::string& text,
-                                            const google::protobuf::RepeatedField<int32_t>& ids,
-                                            const char* field);
-
-// NOT_FOUND for a model name the repository does not host; `field` names
-// the request field, and the name is quoted bounded (BoundUserText).
-absl::Status UnknownModelError(const char* field, const std::string& name);
-
-// The model of a generation request: NOT_FOUND for an unknown name,
-// FAILED_PRECONDITION for a model that cannot generate (an encoder).
-absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name);
 
 // The reason a cancelled RPC gives the engine: kDeadline when the call's
 // deadline has (nearly) passed, kCancelled otherwise.
@@ -188,40 +170,10 @@ class EngineLink {
   RpcScope scope_;
 };
 
-// Where StartGeneration hands the accepted request's id and stream; the
-// listener must be attached before this returns (the engine may produce at
-// once).
-using AttachGeneration =
-    std::function<void(const std::string& request_id, std::shared_ptr<RequestStream> stream)>;
-
-struct GenerationStart {
-  int64_t buffer_tokens = 0;  // slow-reader bound; 0 = unbounded (unary)
-  // Overload also sets the grpc-retry-pushback-ms trailing metadata (not on
-  // a stream that carries several requests).
-  bool retry_pushback_metadata = true;
-  // Who may ask for what (ServiceOptions): the caller (its token's name)
-  // owns the request and its id; a priority above max_priority_unprivileged
-  // needs the "priority" permission.
-  const TokenAuthenticator* tokens = nullptr;
-  int32_t max_priority_unprivileged = 0;
-  SecurityObserver* security_observer = nullptr;
-  // Where a turn's session is not held here, it is moved from these peers
-  // first (not owned; null = none).
-  SessionPeers* peers = nullptr;
-};
-
-// Resolves the model, converts `wire` into the engine's request (tokenized,
-// the model's generation defaults merged, a default max_new_tokens trimmed to
-// what fits) and submits it, attaching its output through `attach`. Fills
-// `record`'s model and request id. On failure returns the status to finish
-// the request with: UNAVAILABLE (DrainingError) while the repository drains, NOT_FOUND /
-// FAILED_PRECONDITION for the model, UNAUTHENTICATED for a token revoked since the call gate,
-// PERMISSION_DENIED for a priority the caller may not ask for,
-// INVALID_ARGUMENT for an x-session-id metadata that is not the session_id,
-// UNAVAILABLE for a session a peer holds but cannot hand over now,
-// INVALID_ARGUMENT from the engine's one validation
-// (ValidateGenerationRequest), RESOURCE_EXHAUSTED (with a retry hint) when
-// the model's queue is full.
+// StartGeneration (generation_start.h) for a gRPC call: the caller from the
+// call's token, x-session-id from its metadata, its deadline; overload also
+// sets the grpc-retry-pushback-ms trailing metadata when
+// options.retry_pushback_metadata.
 grpc::Status StartGeneration(ModelRepository& repository, const GenerationStart& options,
                              grpc::CallbackServerContext* context, const v1::GenerateRequest& wire,
                              RpcRecord& record, const AttachGeneration& attach);

@@ -20,7 +20,8 @@ not:
   examples/                      the core (any layer but kernels/), server/
 
 Inside server/, each folder includes only itself and the folders before it in SERVER_ORDER
-(process < tokenizer < engine < observer < logging < security < repository < metrics < service); the
+(process < tokenizer < engine < observer < logging < security < repository < metrics < service <
+http); the
 program's files directly in server/ may include any of them.
 
 Run: python3 tests/core/layering_test.py (ctest unit.layering).
@@ -67,7 +68,7 @@ EXCEPTIONS = {
 
 # server/'s folders, lowest first.
 SERVER_ORDER = ("process", "tokenizer", "engine", "observer", "logging", "security", "repository",
-                "metrics", "service")
+                "metrics", "service", "http")
 
 
 def server_folder(path):
