@@ -27,10 +27,12 @@ else
   shift || true
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors model_config generation_config tokenizer request_validation)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors model_config generation_config tokenizer request_validation
+                                       openai_request)
 # --ci: runs per target, about 60 s each on the 2-core machines CI uses.
 declare -A ci_runs=([safetensors]=200000 [model_config]=1200000 [generation_config]=200000
-                    [tokenizer]=400000 [request_validation]=5000000)
+                    [tokenizer]=400000 [request_validation]=5000000
+                    [openai_request]=1500000)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 JOBS="${JOBS:-2}"
 bash tools/install_deps.sh --fuzz >/dev/null

@@ -28,8 +28,8 @@ absl::Status Bad(std::string_view field, std::string_view why) {
 
 absl::StatusOr<int64_t> Integer(std::string_view field, const json& v, int64_t low, int64_t high) {
   if (!v.is_number_integer()) return Bad(field, "must be an integer");
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(high)
-                             : (v.get<int64_t>() < low || v.get<int64_t>() > high)) {
+  const bool above = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(high);
+  if (above || v.get<int64_t>() < low || v.get<int64_t>() > high) {
     return Bad(field, absl::StrCat("must be between ", low, " and ", high));
   }
   return v.get<int64_t>();
@@ -178,6 +178,7 @@ absl::StatusOr<bool> ReadCommon(const std::string& key, const json& v, OpenAiGen
     if (key == "ignore_eos") wire.set_ignore_eos(*b);
   } else if (key == "stream_options") {
     if (!v.is_object()) return Bad(key, "must be an object");
+    out.stream_options = true;
     for (auto item = v.begin(); item != v.end(); ++item) {
       if (item.key() != "include_usage") {
         return Bad(key, absl::StrCat("unknown field \"", BoundUserText(item.key()), "\""));
@@ -277,7 +278,7 @@ absl::StatusOr<OpenAiGeneration> ParseOpenAiGeneration(OpenAiEndpoint endpoint,
   if (endpoint == OpenAiEndpoint::kChatCompletions && out.messages.empty()) {
     return Bad("messages", "is required");
   }
-  if (out.include_usage && !out.stream) {
+  if (out.stream_options && !out.stream) {
     return Bad("stream_options", "is only allowed when stream is true");
   }
   if (out.echo && out.wire.prompt_case() != v1::GenerateRequest::kPromptText) {

@@ -27,9 +27,10 @@ struct OpenAiGeneration {
   // model is known.
   std::vector<ChatMessage> messages;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool echo = false;           // completions: the prompt text before the output
-  bool logprobs = false;       // the sampled tokens' log-probabilities
+  bool stream_options = false;  // given (only with stream)
+  bool include_usage = false;   // stream_options.include_usage
+  bool echo = false;            // completions: the prompt text before the output
+  bool logprobs = false;        // the sampled tokens' log-probabilities
 };
 
 // INVALID_ARGUMENT whose message starts with the field's name ("max_tokens:
