@@ -269,6 +269,6 @@ function cleanup() {
 process.on('exit', cleanup);
 
 module.exports = {
-  grpc, fixturesRoot, fixtureDir, serverBinary, loadSafetensors, makeRepository,
+  grpc, fixturesRoot, fixtureDir, serverBinary, loadSafetensors, makeRepository, makeTempDir,
   loadGeneration, loadHealth, Server, sleep, call, collectStream, cleanup,
 };

@@ -17,8 +17,9 @@ if (!fs.existsSync(fixtures)) {
 try {
   require.resolve('@grpc/grpc-js');
   require.resolve('@grpc/proto-loader');
+  require.resolve('openai');
 } catch (e) {
-  console.error(`error: @grpc/grpc-js / @grpc/proto-loader not found (run npm ci; NODE_PATH=${process.env.NODE_PATH || ''})`);
+  console.error(`error: @grpc/grpc-js / @grpc/proto-loader / openai not found (run npm ci; NODE_PATH=${process.env.NODE_PATH || ''})`);
   process.exit(2);
 }
 const files = fs.readdirSync(__dirname).filter((f) => f.endsWith('.test.js')).sort()
