@@ -1,0 +1,225 @@
+"""The HTTP listener (--http_port) of the real binary, below the client
+libraries: Server-Sent Events framed byte for byte (chunked transfer coding,
+"data: <json>\\n\\n" events, "data: [DONE]\\n\\n" last), the same greedy text as
+the whole answer, a client that disconnects mid-stream frees its slot (the
+cancel path), the listener's refusals (413, 404, 405, malformed JSON), the
+metrics' protocol label and the drain's 503 with Retry-After."""
+import http.client
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import unittest
+
+import harness
+
+MODEL = "performer-fortunes"
+REPO_MODELS = os.path.join(harness.REPO, "models")
+PROMPT = "Q:\tWhat is the meaning of life?\nA:\t"
+
+
+class HttpServer(harness.MetricsServer):
+    """A MetricsServer with an HTTP port (http_port once started)."""
+
+    def __init__(self, flags=(), name="http"):
+        super().__init__(REPO_MODELS, flags, name)
+        self.http_port_file = os.path.join(self.workdir, "http_port")
+        self.http_port = None
+
+    def command(self):
+        return super().command() + ["--http_port=0",
+                                    "--http_port_file=%s" % self.http_port_file]
+
+    def start(self, timeout=harness.STARTUP_TIMEOUT_S):
+        super().start(timeout)
+        self.http_port = harness.read_port_file(self.http_port_file)
+        return self
+
+    def post(self, path, body, timeout=60, headers=None):
+        """(status, headers dict, body bytes) of one POST."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            conn.request("POST", path, data, {"Content-Type": "application/json",
+                                              **(headers or {})})
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            conn.close()
+
+
+def raw_exchange(port, request, timeout=60):
+    """Sends `request` bytes, returns every byte until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        out = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return out
+            out += data
+
+
+def dechunk(body):
+    """The payload of a chunked body; fails on any framing error."""
+    out = b""
+    while True:
+        line_end = body.index(b"\r\n")
+        size = int(body[:line_end], 16)
+        chunk = body[line_end + 2:line_end + 2 + size]
+        assert len(chunk) == size, "short chunk"
+        assert body[line_end + 2 + size:line_end + 4 + size] == b"\r\n", "chunk not ended by CRLF"
+        body = body[line_end + 4 + size:]
+        if size == 0:
+            assert body == b"", "bytes after the last chunk: %r" % body[:80]
+            return out
+        out += chunk
+
+
+def completion_request(body):
+    data = json.dumps(body).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(data)) + data
+
+
+class HttpTest(unittest.TestCase):
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = HttpServer(["--max_batch=1", "--max_message_bytes=65536",
+                                 "--step_delay_ms=5"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server is not None:
+            cls.server.stop()
+
+    def test_sse_framing_byte_for_byte(self):
+        whole_status, _, whole = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": PROMPT, "max_tokens": 24, "temperature": 0})
+        self.assertEqual(whole_status, 200, whole)
+        expected_text = json.loads(whole)["choices"][0]["text"]
+
+        raw = raw_exchange(self.server.http_port, completion_request({
+            "model": MODEL, "prompt": PROMPT, "max_tokens": 24, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        self.assertEqual(lines[0], b"HTTP/1.1 200 OK")
+        self.assertIn(b"Content-Type: text/event-stream", lines)
+        self.assertIn(b"Transfer-Encoding: chunked", lines)
+        self.assertIn(b"Cache-Control: no-cache", lines)
+        events = dechunk(body).decode()
+        self.assertTrue(events.endswith("data: [DONE]\n\n"), events[-200:])
+        parts = events.split("\n\n")
+        self.assertEqual(parts[-1], "")
+        self.assertEqual(parts[-2], "data: [DONE]")
+        chunks = []
+        for part in parts[:-2]:
+            self.assertTrue(part.startswith("data: "), part)
+            self.assertNotIn("\n", part)
+            chunks.append(json.loads(part[len("data: "):]))
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+        self.assertEqual(text, expected_text)
+        self.assertEqual(chunks[-2]["choices"][0]["finish_reason"], "length")
+        self.assertEqual(chunks[-1]["choices"], [])
+        self.assertEqual(chunks[-1]["usage"]["completion_tokens"], 24)
+        ids = {c["id"] for c in chunks}
+        self.assertEqual(len(ids), 1, ids)
+
+    def test_a_client_that_disconnects_frees_its_slot(self):
+        before = self.cancelled()
+        # One slot (--max_batch=1); 2,000 tokens at >= 5 ms a step would hold it 10 s.
+        with socket.create_connection(("127.0.0.1", self.server.http_port), timeout=30) as s:
+            s.sendall(completion_request({"model": MODEL, "prompt": "a", "max_tokens": 2000,
+                                          "ignore_eos": True, "stream": True}))
+            got = b""
+            while b"data: " not in got:
+                got += s.recv(4096)
+        start = time.monotonic()
+        status, _, body = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": "b", "max_tokens": 4}, timeout=30)
+        self.assertEqual(status, 200, body)
+        self.assertLess(time.monotonic() - start, 5.0, "the slot was not freed")
+        deadline = time.monotonic() + 10
+        while self.cancelled() <= before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreater(self.cancelled(), before)
+
+    def cancelled(self):
+        return sum(harness.metric_values(self.server.metrics(), "performer_requests_total",
+                                         protocol="openai", method="completions",
+                                         code="CANCELLED"))
+
+    def test_requests_are_counted_under_protocol_openai(self):
+        def ok():
+            return sum(harness.metric_values(self.server.metrics(), "performer_requests_total",
+                                             protocol="openai", method="chat.completions",
+                                             code="OK", model=MODEL))
+        before = ok()
+        status, _, body = self.server.post("/v1/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(ok(), before + 1)
+
+    def test_refusals(self):
+        status, headers, body = self.server.post(
+            "/v1/completions", b'{"model": "x", "prompt": "' + b"a" * 70000 + b'"}')
+        self.assertEqual(status, 413, body)
+        self.assertIn("--max_message_bytes", json.loads(body)["error"]["message"])
+        status, _, body = self.server.post("/v1/completions", b'{"model": ')
+        self.assertEqual(status, 400, body)
+        self.assertEqual(json.loads(body)["error"]["type"], "invalid_request_error")
+        status, _, body = self.server.post("/v1/nothing", {})
+        self.assertEqual(status, 404, body)
+        status, _, body = self.server.post("/v1/models", {})
+        self.assertEqual(status, 405, body)
+        status, _, body = self.server.post("/v1/completions", {"model": MODEL, "prompt": "a",
+                                                               "max_tokens": 999999})
+        self.assertEqual(status, 400, body)
+        self.assertIn("max_new_tokens", json.loads(body)["error"]["message"])
+        # The server still answers.
+        status, _, body = self.server.post("/v1/completions", {"model": MODEL, "prompt": "a",
+                                                               "max_tokens": 2})
+        self.assertEqual(status, 200, body)
+
+
+class HttpDrainTest(unittest.TestCase):
+    def test_drain_answers_503_with_retry_after_and_finishes_running_streams(self):
+        server = HttpServer(["--max_batch=2", "--step_delay_ms=20", "--drain_timeout=30s"],
+                            name="http-drain").start()
+        try:
+            result = {}
+
+            def run():
+                result["raw"] = raw_exchange(server.http_port, completion_request({
+                    "model": MODEL, "prompt": "a", "max_tokens": 60, "ignore_eos": True,
+                    "stream": True}))
+
+            streaming = threading.Thread(target=run)
+            streaming.start()
+            time.sleep(0.5)
+            server.signal(signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            status, headers = None, {}
+            while time.monotonic() < deadline:
+                status, headers, body = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": "a", "max_tokens": 2})
+                if status == 503:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(status, 503)
+            self.assertEqual(headers.get("Retry-After"), "1")
+            streaming.join(60)
+            self.assertTrue(result["raw"].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"),
+                            result["raw"][-200:])
+            self.assertEqual(server.wait(30), 0)
+        finally:
+            server.kill()
+
+
+if __name__ == "__main__":
+    unittest.main()
