@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds performer-serve and starts it on the repository's default model
-# (models/, see models/README.md), listening on port 50051 (README: "build
-# and run"). Once the server is ready it streams one completion of the
+# (models/, see models/README.md), listening on port 50051 (gRPC) and 8000
+# (HTTP: the OpenAI-compatible API) (README: "build and run"). Once the server is ready it streams one completion of the
 # default model with performer-client, so that the first run shows what the
 # server does; then it keeps serving until Ctrl-C (a graceful drain).
 # Extra arguments are passed to the server (see --help); set
@@ -18,7 +18,7 @@ PORT_FILE="$(mktemp)"
 # The server's log goes to a file until the demo completion is shown (so
 # that request lines do not cut through the streamed text), then is followed.
 LOG="$BUILD_DIR/performer-serve.log"
-"$BUILD_DIR/server/performer-serve" --port_file="$PORT_FILE" "$@" 2>"$LOG" &
+"$BUILD_DIR/server/performer-serve" --port_file="$PORT_FILE" --http_port=8000 "$@" 2>"$LOG" &
 SERVER_PID=$!
 # Ctrl-C / SIGTERM go to the server, which drains and exits 0.
 trap 'kill -TERM "$SERVER_PID" 2>/dev/null || true' INT TERM

@@ -1,8 +1,11 @@
 """The example clients under examples/ (Python grpcio and Node @grpc/grpc-js)
 against the repository's default model: each must print exactly the text the
 server generates for the same greedy request, list the models, and report a
-server error with its status name and message. Run here so they cannot rot."""
+server error with its status name and message. The README's HTTP examples
+(its curl command and examples/node/openai_chat.js, the `openai` client) give
+gRPC's greedy text too. Run here so they cannot rot."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +13,7 @@ import sys
 import unittest
 
 import harness
+import test_http
 from harness import pb
 
 REPO_MODELS = os.path.join(harness.REPO, "models")
@@ -113,6 +117,61 @@ class ExamplesTest(harness.ServerTestCase):
 
     def test_node_error(self):
         self.check_error(self.node("--model", "no_such_model", PROMPT))
+
+
+class HttpExamplesTest(unittest.TestCase):
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = test_http.HttpServer(name="examples-http").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server is not None:
+            cls.server.stop()
+
+    def greedy(self, prompt, tokens):
+        return self.server.stub.Generate(
+            pb.GenerateRequest(prompt_text=prompt, max_new_tokens=tokens, temperature=0.0),
+            timeout=60).text
+
+    def test_readme_curl(self):
+        with open(os.path.join(harness.REPO, "README.md")) as f:
+            lines = f.read().splitlines()
+        start = next(i for i, line in enumerate(lines)
+                     if line.startswith("curl -s localhost:8000/v1/completions"))
+        command = lines[start].rstrip("\\") + lines[start + 1]
+        command = command.replace("localhost:8000", "127.0.0.1:%d" % self.server.http_port)
+        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                                timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        answer = json.loads(result.stdout)
+        self.assertEqual(answer["choices"][0]["text"],
+                         self.greedy("Q:\tWhat is a computer?\nA:\t", 40))
+
+    def test_node_openai_example(self):
+        node = os.environ.get("PERFORMER_NODE") or shutil.which("node")
+        if not node or not os.environ.get("NODE_PATH"):
+            self.fail("the Node example needs node and NODE_PATH with openai "
+                      "(ctest sets both after integration.npm_install)")
+        example = os.path.join(harness.REPO, "examples", "node", "openai_chat.js")
+        base_url = "http://127.0.0.1:%d/v1" % self.server.http_port
+        result = subprocess.run([node, example, "--base-url", base_url, "--completion",
+                                 "--max-tokens", str(NEW_TOKENS), PROMPT],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, self.greedy(PROMPT, NEW_TOKENS) + "\n")
+        self.assertIn("finish_reason: length", result.stderr)
+        self.assertIn("%d generated tokens" % NEW_TOKENS, result.stderr)
+        chat = subprocess.run([node, example, "--base-url", base_url, "Why?"],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(chat.returncode, 0, chat.stderr)
+        self.assertIn("finish_reason:", chat.stderr)
+        refused = subprocess.run([node, example, "--base-url", base_url, "--model", "nope", "a"],
+                                 capture_output=True, text=True, timeout=120)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("error: HTTP 404", refused.stderr)
 
 
 if __name__ == "__main__":
