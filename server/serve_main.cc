@@ -56,6 +56,7 @@
 #include "core/runtime/torch_runtime.h"
 #include "server/engine/state_signature.h"
 #include "server/http/http_listener.h"
+#include "server/http/http_tls.h"
 #include "server/http/openai_response.h"
 #include "server/http/openai_service.h"
 #include "server/logging/request_log.h"
@@ -215,6 +216,8 @@ struct Credentials {
   // null: none.
   std::unique_ptr<SessionPeers> session_peers;
   std::string state_signing_key;  // empty: states are not signed
+  // HTTPS for --http_port from the TLS files; null: plaintext or no HTTP.
+  std::unique_ptr<performer::server::HttpTls> http_tls;
 };
 
 // --state_signing_key_file's key, trailing whitespace (a newline) removed.
@@ -284,6 +287,13 @@ absl::StatusOr<Credentials> LoadCredentials(const ServerConfig& config) {
   const SecurityConfig& security = config.security;
   if (security.tls_on()) {
     if (absl::Status s = performer::server::CheckTlsFiles(security.tls); !s.ok()) return s;
+    if (config.http.port >= 0) {
+      absl::StatusOr<std::unique_ptr<performer::server::HttpTls>> http_tls =
+          performer::server::HttpTls::Load(
+              {security.tls.cert_file, security.tls.key_file, security.tls.client_ca_file});
+      if (!http_tls.ok()) return http_tls.status();
+      credentials.http_tls = *std::move(http_tls);
+    }
   }
   if (!security.auth_tokens_file.empty()) {
     absl::StatusOr<std::unique_ptr<TokenAuthenticator>> loaded =
@@ -335,7 +345,12 @@ void WatchCredentials(const SecurityConfig& security, Credentials& credentials,
     const TlsFiles& tls = security.tls;
     std::vector<std::string> paths = {tls.cert_file, tls.key_file};
     if (!tls.client_ca_file.empty()) paths.push_back(tls.client_ca_file);
-    reloader.Add({"tls", paths, [tls] { return performer::server::CheckTlsFiles(tls); }});
+    performer::server::HttpTls* http_tls = credentials.http_tls.get();
+    reloader.Add({"tls", paths, [tls, http_tls] {
+                    absl::Status s = performer::server::CheckTlsFiles(tls);
+                    if (s.ok() && http_tls != nullptr) s = http_tls->Reload();
+                    return s;
+                  }});
   }
 }
 
@@ -654,9 +669,11 @@ performer::server::ServiceOptions ServiceOptionsFor(const ServerConfig& config,
 
 // The HTTP listener serving `service`; null with --http_port=-1.
 absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> StartHttp(
-    const ServerConfig& config, performer::server::OpenAiService& service) {
+    const ServerConfig& config, const Credentials& credentials,
+    performer::server::OpenAiService& service) {
   if (config.http.port < 0) return nullptr;
   performer::server::HttpListenerOptions options;
+  options.tls = credentials.http_tls.get();
   options.host = config.grpc.host;
   options.port = config.http.port;
   options.threads = config.http.threads;
@@ -729,7 +746,7 @@ int Run() {
   if (service_options.peers != nullptr) service_options.peers->SetSelfPort(grpc->port);
   performer::server::OpenAiService openai_service(**repository, OpenAiOptionsFor(service_options));
   absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> http =
-      StartHttp(*config, openai_service);
+      StartHttp(*config, *credentials, openai_service);
   if (!http.ok()) return Fail(1, std::string(http.status().message()));
   grpc::HealthCheckServiceInterface& health = *grpc->server->GetHealthCheckService();
   SetReadiness(health, **repository, true);

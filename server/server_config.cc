@@ -454,11 +454,6 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
   if (absl::Status s = CheckEngine(config.repository); !s.ok()) return s;
   if (absl::Status s = CheckGrpc(config.grpc); !s.ok()) return s;
   if (absl::Status s = CheckHttp(config.http); !s.ok()) return s;
-  if (config.http.port >= 0 && config.security.tls_on()) {
-    return Invalid(
-        "--http_port with --tls_cert_file: the HTTP listener serves plaintext only; terminate "
-        "TLS in front of it (a proxy or the gateway) or serve gRPC alone");
-  }
   if (absl::Status s = CheckPort("metrics_port", config.metrics.port, /*may_be_off=*/true);
       !s.ok()) {
     return s;

@@ -1,10 +1,12 @@
 #include "server/http/http_listener.h"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "server/engine/thread_name.h"
+#include "server/http/http_tls.h"
 
 namespace performer::server {
 namespace {
@@ -25,6 +28,14 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+beast::tcp_stream MakeStream(tcp::socket socket, beast::tcp_stream*, asio::ssl::context*) {
+  return beast::tcp_stream(std::move(socket));
+}
+TlsStream MakeStream(tcp::socket socket, TlsStream*, asio::ssl::context* context) {
+  return TlsStream(std::move(socket), *context);
+}
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
@@ -32,7 +43,14 @@ std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
 
 }  // namespace
 
-class HttpConnection;
+// What the listener holds of a connection, whatever its stream.
+class HttpConnectionBase : public HttpExchange {
+ public:
+  virtual void Start() = 0;
+  // From Stop(), once no thread runs the context: drops what ties the
+  // answer's owner to this connection.
+  virtual void Abandon() = 0;
+};
 
 struct HttpListener::State {
   HttpListenerOptions options;
@@ -41,7 +59,7 @@ struct HttpListener::State {
   // count down while it is destroyed.
   std::atomic<int64_t> connections{0};
   absl::Mutex mu;
-  std::vector<std::weak_ptr<HttpConnection>> open ABSL_GUARDED_BY(mu);
+  std::vector<std::weak_ptr<HttpConnectionBase>> open ABSL_GUARDED_BY(mu);
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
@@ -50,25 +68,50 @@ struct HttpListener::State {
   bool stopped = false;
 
   void Accept();
-  void Track(const std::shared_ptr<HttpConnection>& connection);
+  void Track(const std::shared_ptr<HttpConnectionBase>& connection);
 };
 
-// One connection: reads requests one after another, and while one is being
-// answered, keeps a read pending on the socket, which tells a client that
-// went away (end of stream) from one that sends its next request early.
-class HttpConnection final : public HttpExchange,
-                             public std::enable_shared_from_this<HttpConnection> {
+// One connection over Stream (plain TCP or TLS): reads requests one after
+// another, and while one is being answered, keeps a read pending on the
+// socket, which tells a client that went away (end of stream) from one that
+// sends its next request early.
+template <class Stream>
+class HttpConnection final : public HttpConnectionBase,
+                             public std::enable_shared_from_this<HttpConnection<Stream>> {
  public:
-  HttpConnection(HttpListener::State* state, tcp::socket socket)
-      : state_(state), stream_(std::move(socket)), timer_(stream_.get_executor()) {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+  HttpConnection(HttpListener::State* state, tcp::socket socket,
+                 std::shared_ptr<asio::ssl::context> tls)
+      : state_(state),
+        tls_(std::move(tls)),
+        stream_(MakeStream(std::move(socket), static_cast<Stream*>(nullptr), tls_.get())),
+        timer_(stream_.get_executor()) {
     ++state_->connections;
     beast::error_code ec;
-    const tcp::endpoint remote = stream_.socket().remote_endpoint(ec);
+    const tcp::endpoint remote = Socket().remote_endpoint(ec);
     if (!ec) peer_ = absl::StrCat(remote.address().to_string(), ":", remote.port());
   }
   ~HttpConnection() override { --state_->connections; }
 
-  void Start() {
+  void Start() override {
+    if constexpr (kTls) {
+      Arm(state_->options.header_timeout);
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                self->timer_.cancel();
+                                if (ec) {
+                                  self->Close();
+                                } else {
+                                  self->Begin();
+                                }
+                              });
+    } else {
+      Begin();
+    }
+  }
+
+  void Begin() {
     if (state_->connections > state_->options.max_connections) {
       answering_ = true;
       keep_alive_ = false;
@@ -80,9 +123,7 @@ class HttpConnection final : public HttpExchange,
     DoRead();
   }
 
-  // From Stop(), once no thread runs the context: drops what ties the
-  // answer's owner to this connection.
-  void Abandon() {
+  void Abandon() override {
     gone_ = nullptr;
     keep_.reset();
   }
@@ -103,7 +144,7 @@ class HttpConnection final : public HttpExchange,
     response.prepare_payload();
     std::ostringstream out;
     out << response;
-    Send(out.str(), [self = shared_from_this()] { self->AnswerDone(); });
+    Send(out.str(), [self = this->shared_from_this()] { self->AnswerDone(); });
   }
 
   void StartStream(std::string_view content_type, const HttpHeaders& headers) override {
@@ -126,7 +167,7 @@ class HttpConnection final : public HttpExchange,
   }
 
   void EndStream() override {
-    Send("0\r\n\r\n", [self = shared_from_this()] { self->AnswerDone(); });
+    Send("0\r\n\r\n", [self = this->shared_from_this()] { self->AnswerDone(); });
   }
 
   void OnClientGone(std::function<void()> gone) override { gone_ = std::move(gone); }
@@ -141,7 +182,7 @@ class HttpConnection final : public HttpExchange,
     Arm(buffer_.size() > 0 ? state_->options.header_timeout : state_->options.idle_timeout);
     http::async_read(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
@@ -164,7 +205,7 @@ class HttpConnection final : public HttpExchange,
     keep_alive_ = message.keep_alive();
     answering_ = true;
     Watch();
-    state_->handler(request, shared_from_this());
+    state_->handler(request, this->shared_from_this());
   }
 
   void OnReadError(beast::error_code ec) {
@@ -203,7 +244,7 @@ class HttpConnection final : public HttpExchange,
     if (buffer_.size() > 0 || watching_) return;
     watching_ = true;
     stream_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
                               self->watching_ = false;
                               if (ec) {
                                 if (self->answering_) {
@@ -254,7 +295,7 @@ class HttpConnection final : public HttpExchange,
     Arm(state_->options.write_timeout);
     asio::async_write(
         stream_, asio::buffer(out_.front().first),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
   }
 
   void OnWritten(beast::error_code ec) {
@@ -276,7 +317,7 @@ class HttpConnection final : public HttpExchange,
 
   void Arm(absl::Duration timeout) {
     timer_.expires_after(ToChrono(timeout));
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->ClientGone();
     });
   }
@@ -286,12 +327,16 @@ class HttpConnection final : public HttpExchange,
     closed_ = true;
     timer_.cancel();
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    Socket().shutdown(tcp::socket::shutdown_both, ec);
+    beast::get_lowest_layer(stream_).close();
   }
 
+  tcp::socket& Socket() { return beast::get_lowest_layer(stream_).socket(); }
+
   HttpListener::State* const state_;
-  beast::tcp_stream stream_;
+  // The TLS context the connection began with (a reload does not touch it).
+  const std::shared_ptr<asio::ssl::context> tls_;
+  Stream stream_;
   asio::steady_timer timer_;
   beast::flat_buffer buffer_{kMaxHeaderBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -316,7 +361,14 @@ void HttpListener::State::Accept() {
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (!ec) {
-      auto connection = std::make_shared<HttpConnection>(this, std::move(socket));
+      std::shared_ptr<HttpConnectionBase> connection;
+      if (options.tls != nullptr) {
+        connection = std::make_shared<HttpConnection<TlsStream>>(this, std::move(socket),
+                                                                 options.tls->context());
+      } else {
+        connection =
+            std::make_shared<HttpConnection<beast::tcp_stream>>(this, std::move(socket), nullptr);
+      }
       Track(connection);
       connection->Post([connection] { connection->Start(); });
     }
@@ -324,14 +376,15 @@ void HttpListener::State::Accept() {
   });
 }
 
-void HttpListener::State::Track(const std::shared_ptr<HttpConnection>& connection) {
+void HttpListener::State::Track(const std::shared_ptr<HttpConnectionBase>& connection) {
   absl::MutexLock lock(&mu);
   // Forget closed connections now and then, so that the list stays the
   // size of the open ones.
   if (open.size() >= 64 && open.size() % 64 == 0) {
-    open.erase(std::remove_if(open.begin(), open.end(),
-                              [](const std::weak_ptr<HttpConnection>& c) { return c.expired(); }),
-               open.end());
+    open.erase(
+        std::remove_if(open.begin(), open.end(),
+                       [](const std::weak_ptr<HttpConnectionBase>& c) { return c.expired(); }),
+        open.end());
   }
   open.push_back(connection);
 }
@@ -382,7 +435,7 @@ void HttpListener::Stop() {
   for (std::thread& t : state_->threads) t.join();
   beast::error_code ec;
   state_->acceptor.close(ec);
-  std::vector<std::shared_ptr<HttpConnection>> open;
+  std::vector<std::shared_ptr<HttpConnectionBase>> open;
   {
     absl::MutexLock lock(&state_->mu);
     for (const auto& weak : state_->open) {

@@ -72,7 +72,11 @@ class HttpExchange {
 using HttpHandler =
     std::function<void(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange)>;
 
+class HttpTls;
+
 struct HttpListenerOptions {
+  // HTTPS with this context (not owned; null = plaintext).
+  const HttpTls* tls = nullptr;
   // The body of the listener's own errors (413, 431, 400, 503), in the
   // API's error shape; `status` says what was wrong.
   std::function<std::string(int http_status, const absl::Status& status)> error_body;

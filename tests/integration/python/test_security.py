@@ -10,6 +10,8 @@ listens on 127.0.0.1; every RPC and wait has a timeout.
 """
 
 import base64
+import http.client
+import json
 import os
 import signal
 import socket
@@ -160,6 +162,24 @@ class Stream:
         return sum(len(m.token_ids) for m in self.messages)
 
 
+def https_request(port, method, path, token=None, body=None, client=None):
+    """(status, body) of one HTTPS request trusting our CA, presenting
+    `client`'s certificate when given."""
+    context = ssl.create_default_context(cafile=CERTS["ca.pem"])
+    if client is not None:
+        context.load_cert_chain(CERTS[client + ".pem"], CERTS[client + ".key"])
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=30)
+    try:
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = "Bearer " + token
+        conn.request(method, path, None if body is None else json.dumps(body), headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
 class SecureServerTestCase(unittest.TestCase):
     """One performer-serve with TLS, tokens and a metrics token for the class."""
 
@@ -185,6 +205,8 @@ class SecureServerTestCase(unittest.TestCase):
                  "--metrics_auth_token_file=" + cls.metrics_token_file,
                  "--health_port=%d" % cls.health_port,
                  "--credentials_reload_seconds=1"] + list(cls.EXTRA_FLAGS)
+        http_port_file = os.path.join(cls.workdir, "http_port")
+        flags += ["--http_port=0", "--http_port_file=" + http_port_file]
         cls.server = harness.MetricsServer(REPO_MODELS, flags, name=cls.NAME,
                                            channel_credentials=tls_credentials())
         try:
@@ -193,6 +215,7 @@ class SecureServerTestCase(unittest.TestCase):
             harness.dump_server_logs()
             raise
         cls.stub = cls.server.stub
+        cls.http_port = harness.read_port_file(http_port_file)
 
     @classmethod
     def tearDownClass(cls):
@@ -200,6 +223,10 @@ class SecureServerTestCase(unittest.TestCase):
 
     def list_models(self, metadata=()):
         return self.stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT, metadata=metadata)
+
+    def https(self, method, path, token=None, body=None, client=None):
+        """(status, body) of one HTTPS request to the HTTP port."""
+        return https_request(self.http_port, method, path, token, body, client)
 
     def cancel(self, token, request_id):
         return self.stub.Cancel(pb.CancelRequest(request_id=request_id), timeout=RPC_TIMEOUT,
@@ -377,6 +404,38 @@ class TlsAndTokensTest(SecureServerTestCase):
             self.assertNotIn(ALICE, labels.values())
 
 
+class HttpsTest(SecureServerTestCase):
+    """The HTTP port of a server with TLS and tokens speaks HTTPS only, with
+    the gRPC port's certificate and tokens."""
+    NAME = "https"
+    EXTRA_FLAGS = ()
+
+    def test_https_with_a_token_generates(self):
+        status, body = self.https("GET", "/v1/models", ALICE)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["data"][0]["id"], MODEL)
+        status, body = self.https("POST", "/v1/completions", ALICE,
+                                  {"model": MODEL, "prompt": "a", "max_tokens": 3})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 3)
+
+    def test_https_without_or_with_a_wrong_token_is_401(self):
+        for token in (None, "x" * 32):
+            status, body = self.https("POST", "/v1/completions", token,
+                                      {"model": MODEL, "prompt": "a", "max_tokens": 3})
+            self.assertEqual(status, 401, body)
+            self.assertEqual(json.loads(body)["error"]["type"], "authentication_error")
+
+    def test_plaintext_http_gets_no_answer(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
+        try:
+            with self.assertRaises((http.client.HTTPException, OSError)):
+                conn.request("GET", "/v1/models")
+                conn.getresponse().read()
+        finally:
+            conn.close()
+
+
 class ReloadTest(SecureServerTestCase):
     NAME = "reload"
     # A 100-token stream lasts at least 5 s: it is still running when the
@@ -414,12 +473,13 @@ class ReloadTest(SecureServerTestCase):
         self.assertEqual(code_of(lambda: self.list_models(bearer(ROOT))), grpc.StatusCode.OK)
         write_file(self.tokens_file, self.TOKENS)  # as the class began
 
-    def _server_certificate(self):
+    def _server_certificate(self, port=None):
         """The certificate a new handshake gets (DER), None if it failed."""
         context = ssl.create_default_context(cafile=CERTS["ca.pem"])
-        context.set_alpn_protocols(["h2"])
+        context.set_alpn_protocols(["h2"] if port is None else ["http/1.1"])
         try:
-            with socket.create_connection(("127.0.0.1", self.server.port), timeout=10) as sock:
+            with socket.create_connection(("127.0.0.1", port or self.server.port),
+                                          timeout=10) as sock:
                 with context.wrap_socket(sock, server_hostname="localhost") as tls:
                     return tls.getpeercert(binary_form=True)
         except (ssl.SSLError, OSError):
@@ -439,6 +499,10 @@ class ReloadTest(SecureServerTestCase):
         while self._server_certificate() != new:
             self.assertLess(time.monotonic(), deadline, "the renewed certificate is not served")
             time.sleep(0.2)
+        # The HTTPS port too.
+        while self._server_certificate(self.http_port) != new:
+            self.assertLess(time.monotonic(), deadline, "HTTPS serves the old certificate")
+            time.sleep(0.2)
         self.assertTrue(stream.thread.is_alive(), "the stream ended before the renewal")
         self.assertTrue(stream.join(), "the stream did not end")
         self.assertEqual(stream.code, grpc.StatusCode.OK)
@@ -455,8 +519,11 @@ class MutualTlsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        workdir = harness.make_temp_dir("mtls-http")
+        http_port_file = os.path.join(workdir, "http_port")
         flags = ["--tls_cert_file=" + CERTS["server.pem"], "--tls_key_file=" + CERTS["server.key"],
-                 "--tls_client_ca_file=" + CERTS["ca.pem"]]
+                 "--tls_client_ca_file=" + CERTS["ca.pem"], "--http_port=0",
+                 "--http_port_file=" + http_port_file]
         cls.server = harness.Server(REPO_MODELS, flags, name="mtls",
                                     channel_credentials=tls_credentials("client"))
         try:
@@ -464,6 +531,7 @@ class MutualTlsTest(unittest.TestCase):
         except Exception:
             harness.dump_server_logs()
             raise
+        cls.http_port = harness.read_port_file(http_port_file)
 
     @classmethod
     def tearDownClass(cls):
@@ -482,6 +550,13 @@ class MutualTlsTest(unittest.TestCase):
 
     def test_client_certificate_from_another_ca_is_refused(self):
         self.assertIn(self.list_models_with(tls_credentials("stranger")), REFUSED)
+
+    def test_https_needs_a_client_certificate_from_the_ca(self):
+        status, body = https_request(self.http_port, "GET", "/v1/models", client="client")
+        self.assertEqual(status, 200, body)
+        for client in (None, "stranger"):
+            with self.assertRaises((ssl.SSLError, OSError, http.client.HTTPException)):
+                https_request(self.http_port, "GET", "/v1/models", client=client)
 
 
 class StartupChecksTest(unittest.TestCase):
