@@ -111,18 +111,23 @@ absl::Status ReadMessage(size_t i, const json& m, std::vector<ChatMessage>& out)
         message.content = v.get<std::string>();
       } else if (v.is_array()) {
         for (const json& part : v) {
-          if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
-              !part["text"].is_string()) {
+          const json type = part.is_object() ? part.value("type", json()) : json();
+          if ((type != "text" && type != "input_text" && type != "output_text") ||
+              !part.contains("text") || !part["text"].is_string()) {
             return Bad(field + ".content",
-                       "parts must be {\"type\": \"text\", \"text\": ...}: only text is supported");
+                       "parts must be {\"type\": \"text\" (or \"input_text\", "
+                       "\"output_text\"), \"text\": ...}: only text is supported");
           }
           message.content += part["text"].get<std::string>();
         }
       } else if (!v.is_null()) {
         return Bad(field + ".content", "must be a string or an array of text parts");
       }
-    } else if (key == "name") {
-      if (!v.is_string()) return Bad(field + ".name", "must be a string");
+    } else if (key == "name" || key == "type" || key == "id" || key == "status") {
+      if (!v.is_string()) return Bad(field + "." + key, "must be a string");
+      if (key == "type" && v != "message") {
+        return Bad(field + ".type", "only \"message\" items are supported");
+      }
     } else {
       return Bad(field, absl::StrCat("unknown field \"", BoundUserText(key), "\""));
     }
@@ -204,6 +209,60 @@ absl::StatusOr<bool> ReadCommon(const std::string& key, const json& v, OpenAiGen
   return true;
 }
 
+// The Responses API's own fields.
+absl::StatusOr<bool> ReadResponsesField(const std::string& key, const json& v,
+                                        OpenAiGeneration& out) {
+  if (key == "input") {
+    if (v.is_string()) {
+      out.messages.push_back({"user", v.get<std::string>()});
+      return true;
+    }
+    if (absl::Status s = ReadMessages(v, out.messages); !s.ok()) {
+      // ReadMessages names "messages..."; the field here is "input".
+      const std::string message(s.message());
+      return absl::InvalidArgumentError(
+          absl::StrCat("input", message.substr(std::string_view("messages").size())));
+    }
+    return true;
+  }
+  if (key == "instructions" || key == "previous_response_id") {
+    if (!v.is_string()) return Bad(key, "must be a string");
+    (key == "instructions" ? out.instructions : out.previous_response_id) = v.get<std::string>();
+    return true;
+  }
+  if (key == "store") {
+    absl::StatusOr<bool> b = Boolean(key, v);
+    if (!b.ok()) return b.status();
+    out.store = *b;
+    return true;
+  }
+  if (key == "max_output_tokens") {
+    absl::StatusOr<int64_t> n = Integer(key, v, 1, std::numeric_limits<int32_t>::max());
+    if (!n.ok()) return n.status();
+    out.wire.set_max_new_tokens(static_cast<int32_t>(*n));
+    return true;
+  }
+  if (key == "metadata") {
+    if (!v.is_object() || v.size() > 16) return Bad(key, "must be an object of at most 16 strings");
+    for (auto item = v.begin(); item != v.end(); ++item) {
+      if (!item.value().is_string()) return Bad(key, "must be an object of at most 16 strings");
+    }
+    out.metadata_json = v.dump();
+    return true;
+  }
+  if (key == "text") {
+    if (v != json({{"format", {{"type", "text"}}}})) {
+      return Bad(key, "only {\"format\": {\"type\": \"text\"}} is supported");
+    }
+    return true;
+  }
+  if (key == "truncation") {
+    if (v != "disabled") return Bad(key, "only \"disabled\" is supported");
+    return true;
+  }
+  return false;
+}
+
 absl::StatusOr<bool> ReadEndpointField(OpenAiEndpoint endpoint, const std::string& key,
                                        const json& v, OpenAiGeneration& out) {
   if (endpoint == OpenAiEndpoint::kCompletions) {
@@ -227,6 +286,7 @@ absl::StatusOr<bool> ReadEndpointField(OpenAiEndpoint endpoint, const std::strin
     if (key == "suffix") return Bad(key, "is not supported");
     return false;
   }
+  if (endpoint == OpenAiEndpoint::kResponses) return ReadResponsesField(key, v, out);
   if (key == "messages") {
     if (absl::Status s = ReadMessages(v, out.messages); !s.ok()) return s;
     return true;
@@ -278,6 +338,11 @@ absl::StatusOr<OpenAiGeneration> ParseOpenAiGeneration(OpenAiEndpoint endpoint,
   if (endpoint == OpenAiEndpoint::kChatCompletions && out.messages.empty()) {
     return Bad("messages", "is required");
   }
+  if (endpoint == OpenAiEndpoint::kResponses && out.messages.empty()) {
+    return Bad("input", "is required");
+  }
+  if (!out.instructions.empty())
+    out.messages.insert(out.messages.begin(), ChatMessage{"system", out.instructions});
   if (out.stream_options && !out.stream) {
     return Bad("stream_options", "is only allowed when stream is true");
   }

@@ -1,5 +1,5 @@
-// The OpenAI API's generation requests (POST /v1/completions and
-// /v1/chat/completions) read into performer.v1.GenerateRequest, the request
+// The OpenAI API's generation requests (POST /v1/completions,
+// /v1/chat/completions and /v1/responses) read into performer.v1.GenerateRequest, the request
 // vocabulary of the shared generation path (server/service/
 // generation_start.h), which validates the values themselves. This layer
 // checks only the JSON: the fields OpenAI defines (types, and a clear error
@@ -19,7 +19,7 @@
 
 namespace performer::server {
 
-enum class OpenAiEndpoint { kCompletions, kChatCompletions };
+enum class OpenAiEndpoint { kCompletions, kChatCompletions, kResponses };
 
 struct OpenAiGeneration {
   v1::GenerateRequest wire;  // model, prompt (completions), sampling, stops
@@ -31,6 +31,12 @@ struct OpenAiGeneration {
   bool include_usage = false;   // stream_options.include_usage
   bool echo = false;            // completions: the prompt text before the output
   bool logprobs = false;        // the sampled tokens' log-probabilities
+  // Responses: the conversation to continue, whether to keep this one, and
+  // what is echoed back in the response object.
+  std::string previous_response_id;
+  bool store = true;
+  std::string instructions;
+  std::string metadata_json = "{}";
 };
 
 // INVALID_ARGUMENT whose message starts with the field's name ("max_tokens:

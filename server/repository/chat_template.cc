@@ -56,6 +56,15 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
   return prompt;
 }
 
+std::string ChatTemplate::AfterAssistant(const std::string& already) const {
+  const auto pattern = roles.find("assistant");
+  if (pattern == roles.end()) return "";
+  std::string suffix =
+      pattern->second.substr(pattern->second.find(kContent) + sizeof(kContent) - 1);
+  if (suffix.compare(0, already.size(), already) == 0) suffix.erase(0, already.size());
+  return suffix;
+}
+
 absl::StatusOr<std::optional<ChatTemplate>> LoadChatTemplate(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "chat_template.json").string();
   absl::StatusOr<nlohmann::json> parsed = io::ReadJsonFile(path);

@@ -33,6 +33,11 @@ struct ChatTemplate {
   // The prompt text of `messages`; INVALID_ARGUMENT naming the message
   // (messages[i].role) whose role has no pattern.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages) const;
+  // What follows an assistant message's content in a rendered history (its
+  // pattern after {content}), less `already`, the text the model generated
+  // past its answer (a stop string) when the suffix begins with it: what a
+  // continued conversation feeds before its next messages.
+  std::string AfterAssistant(const std::string& already) const;
 };
 
 // Reads <model_dir>/chat_template.json; nullopt when absent. INVALID_ARGUMENT

@@ -2,7 +2,9 @@
 // performer-serve's HTTP API (--http_port) from the official `openai` npm
 // client: models, completions whole and streamed (the same greedy text as
 // gRPC's Generate), chat streamed through the default model's chat
-// template, cached prompt tokens, and the client's typed errors
+// template, cached prompt tokens, the Responses API continuing a stored
+// conversation (previous_response_id: only the new input is prefilled),
+// and the client's typed errors
 // (NotFoundError, BadRequestError naming the field, AuthenticationError with
 // bearer tokens on, RateLimitError on overload). Run through run.js.
 
@@ -11,8 +13,8 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const {OpenAI, NotFoundError, BadRequestError, AuthenticationError, RateLimitError} =
-    require('openai');
+const {OpenAI, NotFoundError, BadRequestError, AuthenticationError, RateLimitError,
+  ConflictError} = require('openai');
 const h = require('./harness');
 
 const MODELS = path.resolve(__dirname, '..', '..', '..', 'models');
@@ -174,4 +176,51 @@ test('overload is RateLimitError', TIMEOUT, async () => {
   } finally {
     assert.equal(await busy.server.stop(), 0, busy.server.log);
   }
+});
+
+test('responses: a stored conversation continues from its state', TIMEOUT, async () => {
+  const client = openai(plain.baseURL);
+  const first = await client.responses.create({model: MODEL, input: 'What is a computer?',
+    instructions: 'Answer in one line.', max_output_tokens: 40, temperature: 0});
+  assert.equal(first.object, 'response');
+  assert.ok(first.id.startsWith('resp_'), first.id);
+  assert.ok(first.output_text.length > 0);
+  assert.equal(first.usage.input_tokens_details.cached_tokens, 0);
+  const history = first.usage.input_tokens + first.usage.output_tokens;
+
+  const second = await client.responses.create({model: MODEL, input: 'And a mouse?',
+    previous_response_id: first.id, max_output_tokens: 40, temperature: 0});
+  assert.equal(second.previous_response_id, first.id);
+  // The history came from the session's state: only the new input was
+  // prefilled (the previous turn's last token is fed with it).
+  assert.ok(second.usage.input_tokens_details.cached_tokens >= history - 1,
+      JSON.stringify({history, usage: second.usage}));
+  assert.ok(second.usage.input_tokens > history);
+
+  const again = await client.responses.retrieve(second.id);
+  assert.equal(again.output_text, second.output_text);
+  // The first response was continued already: its state is the second's.
+  await assert.rejects(client.responses.create({model: MODEL, input: 'x',
+    previous_response_id: first.id}), ConflictError);
+  await assert.rejects(client.responses.create({model: MODEL, input: 'x',
+    previous_response_id: 'resp_unknown'}), NotFoundError);
+
+  // Streamed: typed events, the text in deltas, the last one completes it.
+  const stream = await client.responses.create({model: MODEL, input: 'And a keyboard?',
+    previous_response_id: second.id, max_output_tokens: 30, temperature: 0, stream: true});
+  let text = '';
+  const types = [];
+  let last = null;
+  for await (const event of stream) {
+    types.push(event.type);
+    if (event.type === 'response.output_text.delta') text += event.delta;
+    last = event;
+  }
+  assert.equal(types[0], 'response.created');
+  assert.ok(['response.completed', 'response.incomplete'].includes(last.type), last.type);
+  assert.equal(last.response.output[0].content[0].text, text);
+  assert.ok(last.response.usage.input_tokens_details.cached_tokens > history);
+
+  await client.responses.delete(last.response.id);
+  await assert.rejects(client.responses.retrieve(last.response.id), NotFoundError);
 });

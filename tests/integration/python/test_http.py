@@ -130,6 +130,31 @@ class HttpTest(unittest.TestCase):
         ids = {c["id"] for c in chunks}
         self.assertEqual(len(ids), 1, ids)
 
+    def test_responses_events_framed_in_order(self):
+        data = json.dumps({"model": MODEL, "input": "Hi", "max_output_tokens": 8,
+                           "stream": True, "store": False}).encode()
+        raw = raw_exchange(self.server.http_port, (
+            b"POST /v1/responses HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(data)) + data)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        self.assertIn(b"Content-Type: text/event-stream", head.split(b"\r\n"))
+        events = dechunk(body).decode().split("\n\n")
+        self.assertEqual(events[-1], "")
+        sequence = []
+        for event in events[:-1]:
+            kind, data_line = event.split("\n")
+            self.assertTrue(kind.startswith("event: "), event)
+            self.assertTrue(data_line.startswith("data: "), event)
+            payload = json.loads(data_line[len("data: "):])
+            self.assertEqual(payload["type"], kind[len("event: "):])
+            sequence.append(payload["sequence_number"])
+        self.assertEqual(sequence, list(range(len(sequence))))
+        self.assertEqual(json.loads(events[0].split("\n")[1][6:])["type"], "response.created")
+        final = json.loads(events[-2].split("\n")[1][6:])
+        self.assertEqual(final["type"], "response.incomplete")
+        self.assertFalse(final["response"]["store"])
+        self.assertEqual(final["response"]["usage"]["output_tokens"], 8)
+
     def test_a_client_that_disconnects_frees_its_slot(self):
         before = self.cancelled()
         # One slot (--max_batch=1); 2,000 tokens at >= 5 ms a step would hold it 10 s.

@@ -144,6 +144,45 @@ TEST(OpenAiRequestTest, ChatMessages) {
       "top_logprobs");
 }
 
+TEST(OpenAiRequestTest, ResponsesInput) {
+  absl::StatusOr<OpenAiGeneration> r =
+      ParseOpenAiGeneration(OpenAiEndpoint::kResponses,
+                            R"({"model": "m", "input": [{"type": "message", "role": "user",
+          "content": [{"type": "input_text", "text": "Hi"}]}], "instructions": "Be brief.",
+          "previous_response_id": "resp_1", "store": false, "max_output_tokens": 9,
+          "metadata": {"k": "v"}, "text": {"format": {"type": "text"}}, "truncation": "disabled"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[0].content, "Be brief.");
+  EXPECT_EQ(r->messages[1].content, "Hi");
+  EXPECT_EQ(r->previous_response_id, "resp_1");
+  EXPECT_FALSE(r->store);
+  EXPECT_EQ(r->wire.max_new_tokens(), 9);
+  EXPECT_EQ(r->metadata_json, "{\"k\":\"v\"}");
+  absl::StatusOr<OpenAiGeneration> text =
+      ParseOpenAiGeneration(OpenAiEndpoint::kResponses, R"({"model": "m", "input": "Hi"})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_TRUE(text->store);
+  EXPECT_EQ(text->messages[0].role, "user");
+  auto responses = [](const std::string& body) {
+    return ParseOpenAiGeneration(OpenAiEndpoint::kResponses, body);
+  };
+  ExpectRefused(responses(R"({"model": "m"})"), "input");
+  ExpectRefused(responses(R"({"model": "m", "input": [{"role": "user"}], "tools": []})"), "tools");
+  ExpectRefused(responses(R"({"model": "m", "input": [{"content": "a"}]})"), "input[0].role");
+  ExpectRefused(
+      responses(R"({"model": "m", "input": [{"type": "function_call", "role": "user"}]})"),
+      "input[0].type");
+  ExpectRefused(responses(R"({"model": "m", "input": "a", "max_output_tokens": 0})"),
+                "max_output_tokens");
+  ExpectRefused(responses(R"({"model": "m", "input": "a", "store": 1})"), "store");
+  ExpectRefused(responses(R"({"model": "m", "input": "a", "metadata": {"k": 1}})"), "metadata");
+  ExpectRefused(
+      responses(R"({"model": "m", "input": "a", "text": {"format": {"type": "json_object"}}})"),
+      "text");
+}
+
 TEST(OpenAiRequestTest, ErrorParam) {
   EXPECT_EQ(ErrorParam("max_tokens: must be an integer"), "max_tokens");
   EXPECT_EQ(ErrorParam("messages[2].role: is required"), "messages[2].role");

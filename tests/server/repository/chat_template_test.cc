@@ -48,6 +48,15 @@ TEST_F(ChatTemplateTest, RendersEveryMessageThenTheGenerationPrompt) {
   EXPECT_EQ(*prompt, "[Be brief.]\nQ:\tWhy?\nA:\tBecause.\nQ:\tWho?\nA:\t");
 }
 
+TEST_F(ChatTemplateTest, AfterAssistantSkipsWhatTheModelAlreadyGenerated) {
+  Write(R"({"user": "Q: {content}\n", "assistant": "A: {content}\n\n"})");
+  absl::StatusOr<std::optional<ChatTemplate>> chat = LoadChatTemplate(dir_.string());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ((*chat)->AfterAssistant(""), "\n\n");
+  EXPECT_EQ((*chat)->AfterAssistant("\n"), "\n");
+  EXPECT_EQ((*chat)->AfterAssistant("xyz"), "\n\n");
+}
+
 TEST_F(ChatTemplateTest, RoleWithoutPatternIsRefusedNamingTheMessage) {
   Write(R"({"user": "{content}"})");
   absl::StatusOr<std::optional<ChatTemplate>> chat = LoadChatTemplate(dir_.string());
