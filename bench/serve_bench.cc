@@ -43,10 +43,14 @@
 // N CPUs and everything measured (the server process with all its threads,
 // the in-process engine, the decoder) the others, as when clients run on
 // other machines; --threads then defaults to the measured side's CPUs.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -131,6 +135,9 @@ ABSL_FLAG(int32_t, client_cpus, 0,
 ABSL_FLAG(bool, shared_channel, false,
           "All streams on one gRPC channel (one HTTP/2 connection) instead of one each.");
 ABSL_FLAG(bool, engine, true, "Also measure the engine in-process.");
+ABSL_FLAG(bool, http, false,
+          "Also stream the same requests over the server's HTTP port (OpenAI completions with "
+          "Server-Sent Events, one keep-alive connection per stream), beside gRPC.");
 ABSL_FLAG(bool, decoder, true,
           "Also measure the decoder's own batched step rate at each concurrency (the same "
           "model, no engine): the baseline of the serving-cost goals.");
@@ -457,6 +464,122 @@ absl::Status StreamOne(v1::Generation::Stub& stub, const Workload& workload, int
   return FromGrpc(status);
 }
 
+// One keep-alive HTTP/1.1 connection to the server's OpenAI API, read with
+// plain sockets so that the client's own cost stays small and visible.
+class SseConnection {
+ public:
+  explicit SseConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~SseConnection() {
+    if (fd_ >= 0) close(fd_);
+  }
+  SseConnection(const SseConnection&) = delete;
+  SseConnection& operator=(const SseConnection&) = delete;
+
+  // POSTs `body` to `path` and calls on_event(data) for each "data: " event
+  // of the streamed answer, until the last chunk.
+  template <typename OnEvent>
+  absl::Status Stream(const std::string& path, const std::string& body, OnEvent on_event) {
+    if (fd_ < 0) return absl::UnavailableError("not connected");
+    const std::string request = absl::StrCat(
+        "POST ", path, " HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n",
+        "Content-Length: ", body.size(), "\r\n\r\n", body);
+    if (send(fd_, request.data(), request.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request.size())) {
+      return absl::UnavailableError("send failed");
+    }
+    size_t header_end = std::string::npos;
+    while ((header_end = in_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) return absl::UnavailableError("the connection closed before the headers");
+    }
+    const std::string head = in_.substr(0, header_end);
+    in_.erase(0, header_end + 4);
+    if (head.rfind("HTTP/1.1 200", 0) != 0) {
+      return absl::InternalError(absl::StrCat("answer: ", head.substr(0, head.find('\r'))));
+    }
+    std::string events;
+    for (;;) {
+      size_t line_end;
+      while ((line_end = in_.find("\r\n")) == std::string::npos) {
+        if (!Fill()) return absl::UnavailableError("the connection closed mid-stream");
+      }
+      const size_t size = std::stoul(in_.substr(0, line_end), nullptr, 16);
+      while (in_.size() < line_end + 2 + size + 2) {
+        if (!Fill()) return absl::UnavailableError("the connection closed mid-chunk");
+      }
+      events.append(in_, line_end + 2, size);
+      in_.erase(0, line_end + 2 + size + 2);
+      size_t event_end;
+      while ((event_end = events.find("\n\n")) != std::string::npos) {
+        if (events.compare(0, 6, "data: ") == 0) on_event(events.substr(6, event_end - 6));
+        events.erase(0, event_end + 2);
+      }
+      if (size == 0) return absl::OkStatus();
+    }
+  }
+
+ private:
+  bool Fill() {
+    char buffer[16384];
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+    if (n <= 0) return false;
+    in_.append(buffer, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  std::string in_;
+};
+
+// One streaming completion over HTTP: the same request as StreamOne's
+// (token ids, greedy, ignore_eos). The events carry text, not token ids:
+// each event counts as one arrival, and the request's tokens are the usage
+// chunk's completion_tokens.
+absl::Status HttpStreamOne(SseConnection& connection, const std::string& model,
+                           const Workload& workload, int64_t s, int64_t r, RequestTrace& trace) {
+  // Prompts of their own: gRPC's, run just before, must not be found in the
+  // prefix cache.
+  const std::vector<int32_t> prompt =
+      Prompt(s + 1000000, workload.first_request + r, workload.prompt_tokens, workload.vocab);
+  const nlohmann::json body = {{"model", model},
+                               {"prompt", prompt},
+                               {"max_tokens", workload.max_new_tokens},
+                               {"temperature", 0},
+                               {"ignore_eos", true},
+                               {"stream", true},
+                               {"stream_options", {{"include_usage", true}}}};
+  const Clock::time_point start = Clock::now();
+  int64_t completion_tokens = -1;
+  absl::Status status =
+      connection.Stream("/v1/completions", body.dump(), [&](const std::string& data) {
+        if (data == "[DONE]") return;
+        const Clock::time_point now = Clock::now();
+        const nlohmann::json chunk = nlohmann::json::parse(data, nullptr, false);
+        if (chunk.is_discarded()) return;
+        if (chunk.contains("usage") && chunk["usage"].is_object()) {
+          completion_tokens = chunk["usage"].value("completion_tokens", int64_t{-1});
+        } else if (chunk.contains("choices") && !chunk["choices"].empty() &&
+                   chunk["choices"][0]["finish_reason"].is_null()) {
+          trace.Arrived(start, now, 1);
+        }
+      });
+  if (!status.ok()) return status;
+  if (completion_tokens < 0) return absl::InternalError("no usage chunk");
+  trace.tokens = completion_tokens;
+  return absl::OkStatus();
+}
+
 // One request straight to the engine. The wake-up state is shared with the
 // listener, which the engine thread may still be running when this returns.
 absl::Status EngineOne(server::Engine& engine, const Workload& workload, int64_t concurrency,
@@ -627,6 +750,7 @@ struct DecoderRates {
 
 struct Measured {
   LoadResult grpc;
+  std::optional<LoadResult> http;  // --http: the same workload over the HTTP API
   std::optional<LoadResult> engine;
   // The decoder alone at batch = streams (no engine, no sampling beyond an
   // argmax, no streaming).
@@ -755,6 +879,28 @@ void PrintErrors(const char* what, const LoadResult& r) {
               static_cast<long long>(r.requests), r.first_error.c_str());
 }
 
+// --http: the same server streaming the same requests over HTTP (OpenAI
+// completions, SSE) and gRPC, run back to back.
+void PrintHttpReport(const std::vector<Measured>& runs) {
+  bool any = false;
+  for (const Measured& m : runs) any = any || m.http.has_value();
+  if (!any) return;
+  std::printf(
+      "\n## HTTP (OpenAI completions, SSE) vs gRPC on one server\n\n"
+      "| streams | gRPC tok/s | HTTP tok/s | HTTP / gRPC | gRPC TTFT p50 ms | HTTP TTFT p50 ms | "
+      "HTTP events/request |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Measured& m : runs) {
+    if (!m.http) continue;
+    const LoadResult& g = m.grpc;
+    const LoadResult& h = *m.http;
+    std::printf("| %lld | %.0f | %.0f | %.0f%% | %.1f | %.1f | %.1f |\n",
+                static_cast<long long>(g.concurrency), g.tokens_per_second(), h.tokens_per_second(),
+                100.0 * h.tokens_per_second() / std::max(1e-9, g.tokens_per_second()),
+                Percentile(g.ttft, 0.5) * 1e3, Percentile(h.ttft, 0.5) * 1e3,
+                h.requests > 0 ? static_cast<double>(h.messages) / h.requests : 0.0);
+  }
+}
+
 void PrintReport(const std::vector<Measured>& runs) {
   std::printf(
       "\n## Streaming over gRPC vs the engine in-process\n\n"
@@ -790,8 +936,10 @@ void PrintReport(const std::vector<Measured>& runs) {
   }
   for (const Measured& m : runs) {
     PrintErrors("gRPC", m.grpc);
+    if (m.http) PrintErrors("HTTP", *m.http);
     if (m.engine) PrintErrors("engine", *m.engine);
   }
+  PrintHttpReport(runs);
 
   auto find = [&runs](int64_t c) -> const Measured* {
     for (const Measured& m : runs) {
@@ -1000,6 +1148,8 @@ int Run() {
           "--host=127.0.0.1",
           "--port=0",
           absl::StrCat("--port_file=", port_file),
+          absl::StrCat("--http_port=", absl::GetFlag(FLAGS_http) ? 0 : -1),
+          absl::StrCat("--http_port_file=", (scratch / "http_port").string()),
           absl::StrCat("--max_batch=", max_concurrency),
           absl::StrCat("--intra_op_threads=", threads),
           absl::StrCat("--device=", device),
@@ -1018,6 +1168,15 @@ int Run() {
         return 1;
       }
       address = absl::StrCat("127.0.0.1:", process.port());
+    }
+    int http_port = -1;
+    if (absl::GetFlag(FLAGS_http)) {
+      std::ifstream in((scratch / "http_port").string());
+      in >> http_port;
+      if (http_port <= 0) {
+        std::fprintf(stderr, "serve_bench: --http needs the server started here (no --server)\n");
+        return 2;
+      }
     }
     // From here this thread creates the client side: gRPC's channels and
     // threads, the load threads.
@@ -1119,7 +1278,11 @@ int Run() {
       }
       // Each repeat runs the three sides back to back; each side reports
       // its median repeat.
-      std::vector<LoadResult> grpc_runs, engine_runs;
+      std::vector<std::unique_ptr<SseConnection>> connections;
+      for (int64_t s = 0; http_port > 0 && s < c; ++s) {
+        connections.push_back(std::make_unique<SseConnection>(http_port));
+      }
+      std::vector<LoadResult> grpc_runs, http_runs, engine_runs;
       std::vector<DecoderRates> decoder_runs;
       for (int64_t repeat = 0; repeat < repeats; ++repeat) {
         workload.first_request += workload.requests_per_stream;
@@ -1129,6 +1292,13 @@ int Run() {
           return StreamOne(stub, workload, s, r, trace);
         }));
         std::fprintf(stderr, " %.0f tokens/s", grpc_runs.back().tokens_per_second());
+        if (http_port > 0) {
+          std::fprintf(stderr, "; HTTP...");
+          http_runs.push_back(RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
+            return HttpStreamOne(*connections[s], model_name, workload, s, r, trace);
+          }));
+          std::fprintf(stderr, " %.0f tokens/s", http_runs.back().tokens_per_second());
+        }
         if (engine != nullptr) {
           std::fprintf(stderr, "; engine...");
           engine_runs.push_back(
@@ -1153,6 +1323,7 @@ int Run() {
       }
       Measured m;
       m.grpc = MedianRun(grpc_runs);
+      if (!http_runs.empty()) m.http = MedianRun(http_runs);
       if (!engine_runs.empty()) m.engine = MedianRun(engine_runs);
       if (!decoder_runs.empty()) m.decoder = MedianRates(decoder_runs);
       runs.push_back(std::move(m));
