@@ -57,6 +57,7 @@
 #include "server/engine/state_signature.h"
 #include "server/http/http_listener.h"
 #include "server/http/http_tls.h"
+#include "server/http/open_inference_rest.h"
 #include "server/http/openai_response.h"
 #include "server/http/openai_service.h"
 #include "server/logging/request_log.h"
@@ -667,10 +668,11 @@ performer::server::ServiceOptions ServiceOptionsFor(const ServerConfig& config,
   return options;
 }
 
-// The HTTP listener serving `service`; null with --http_port=-1.
+// The HTTP listener serving the OpenAI API and the Open Inference
+// Protocol's REST form; null with --http_port=-1.
 absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> StartHttp(
     const ServerConfig& config, const Credentials& credentials,
-    performer::server::OpenAiService& service) {
+    performer::server::OpenAiService& service, performer::server::OpenInferenceRest& rest) {
   if (config.http.port < 0) return nullptr;
   performer::server::HttpListenerOptions options;
   options.tls = credentials.http_tls.get();
@@ -683,9 +685,13 @@ absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> StartHttp(
     return performer::server::ErrorJson(status, http_status);
   };
   return performer::server::HttpListener::Start(
-      options, [&service](const performer::server::HttpRequest& request,
-                          const std::shared_ptr<performer::server::HttpExchange>& exchange) {
-        service.Handle(request, exchange);
+      options, [&service, &rest](const performer::server::HttpRequest& request,
+                                 const std::shared_ptr<performer::server::HttpExchange>& exchange) {
+        if (performer::server::OpenInferenceRest::Serves(request.target)) {
+          rest.Handle(request, exchange);
+        } else {
+          service.Handle(request, exchange);
+        }
       });
 }
 
@@ -745,8 +751,10 @@ int Run() {
   if (!grpc.ok()) return Fail(1, std::string(grpc.status().message()));
   if (service_options.peers != nullptr) service_options.peers->SetSelfPort(grpc->port);
   performer::server::OpenAiService openai_service(**repository, OpenAiOptionsFor(service_options));
+  performer::server::OpenInferenceRest inference_rest(**repository,
+                                                      OpenAiOptionsFor(service_options));
   absl::StatusOr<std::unique_ptr<performer::server::HttpListener>> http =
-      StartHttp(*config, *credentials, openai_service);
+      StartHttp(*config, *credentials, openai_service, inference_rest);
   if (!http.ok()) return Fail(1, std::string(http.status().message()));
   grpc::HealthCheckServiceInterface& health = *grpc->server->GetHealthCheckService();
   SetReadiness(health, **repository, true);

@@ -15,7 +15,7 @@ PACKAGES=(
   libspdlog-dev libsentencepiece-dev
   nlohmann-json3-dev
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf python3-yaml
-  fortunes haproxy
+  fortunes haproxy curl
   clang-format clang-tidy
 )
 if [ "${1:-}" = "--fuzz" ]; then PACKAGES+=(clang-14 libclang-rt-14-dev); fi

@@ -46,7 +46,8 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   // A refused request: answered at once.
   void Refuse(const absl::Status& status, int64_t retry_after_ms) {
     done_ = true;
-    RespondError(*exchange_, report_.get(), status, retry_after_ms);
+    const absl::Status answered = format_->InTerms(status);
+    RespondError(*exchange_, report_.get(), answered, retry_after_ms, format_->ErrorBody(answered));
   }
 
   // The accepted request's answer begins (on the strand).
@@ -97,14 +98,14 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     done_ = true;
     record().summary = summary;
     const absl::Status status =
-        gone_ ? absl::CancelledError("the client went away") : summary.status;
+        gone_ ? absl::CancelledError("the client went away") : format_->InTerms(summary.status);
     if (status.ok()) format_->Completed(all_, summary);
     if (!stream_answer_) {
       if (status.ok()) {
         exchange_->Respond(200, kJsonType, format_->Whole(all_, summary),
                            {{"X-Request-Id", record().request_id}});
       } else {
-        RespondError(*exchange_, nullptr, status);
+        RespondError(*exchange_, nullptr, status, -1, format_->ErrorBody(status));
       }
     } else {
       out += status.ok() ? format_->End(all_, summary) : format_->Error(status);
@@ -136,10 +137,10 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
 }  // namespace
 
 CallReport::CallReport(const std::vector<RpcObserver*>& observers, std::string_view method,
-                       const std::string& peer)
+                       const std::string& peer, std::string_view protocol)
     : observers_(observers), start_(absl::Now()) {
   record_.method = method;
-  record_.protocol = kOpenAiProtocol;
+  record_.protocol = protocol;
   record_.peer = peer;
   for (RpcObserver* o : observers_) o->OnRpcStart(method);
 }
@@ -155,10 +156,11 @@ void CallReport::End(const absl::Status& status) {
 }
 
 void RespondError(HttpExchange& exchange, CallReport* report, const absl::Status& status,
-                  int64_t retry_after_ms) {
+                  int64_t retry_after_ms, std::string body) {
   HttpHeaders headers = RetryHeaders(status, retry_after_ms);
   if (absl::IsUnauthenticated(status)) headers.emplace_back("WWW-Authenticate", "Bearer");
-  exchange.Respond(HttpStatusOf(status), kJsonType, ErrorJson(status), headers);
+  exchange.Respond(HttpStatusOf(status), kJsonType,
+                   body.empty() ? ErrorJson(status) : std::move(body), headers);
   if (report != nullptr) report->End(status);
 }
 

@@ -32,7 +32,7 @@ inline constexpr std::string_view kJsonType = "application/json";
 class CallReport {
  public:
   CallReport(const std::vector<RpcObserver*>& observers, std::string_view method,
-             const std::string& peer);
+             const std::string& peer, std::string_view protocol = kOpenAiProtocol);
   CallReport(const CallReport&) = delete;
   CallReport& operator=(const CallReport&) = delete;
   ~CallReport();
@@ -47,11 +47,11 @@ class CallReport {
   bool ended_ = false;
 };
 
-// Answers `status` as OpenAI's error object with its HTTP status (429 and 503
-// with Retry-After from `retry_after_ms`, 401 with WWW-Authenticate) and ends
-// `report` (when not null) with it.
+// Answers `status` with its HTTP status (429 and 503 with Retry-After from
+// `retry_after_ms`, 401 with WWW-Authenticate) and `body` (empty: OpenAI's
+// error object), and ends `report` (when not null) with it.
 void RespondError(HttpExchange& exchange, CallReport* report, const absl::Status& status,
-                  int64_t retry_after_ms = -1);
+                  int64_t retry_after_ms = -1, std::string body = "");
 
 // What an API's answer looks like. Runs on the exchange's strand.
 class AnswerFormat {
@@ -70,6 +70,9 @@ class AnswerFormat {
   virtual std::string Whole(const StreamChunk& all, const StreamSummary& summary) = 0;
   // After a success (streamed or not): keeps what the API keeps.
   virtual void Completed(const StreamChunk& all, const StreamSummary& summary) {}
+  // A failure in the API's words, and its error body (empty: OpenAI's).
+  virtual absl::Status InTerms(const absl::Status& status) { return status; }
+  virtual std::string ErrorBody(const absl::Status& status) { return ""; }
 };
 
 // Starts `wire` through StartGeneration (the HTTP call's caller, its

@@ -1,5 +1,6 @@
 """The HTTP listener (--http_port) of the real binary, below the client
-libraries: Server-Sent Events framed byte for byte (chunked transfer coding,
+libraries: the Open Inference Protocol's REST form and Triton's generate
+extension with curl (the same text as gRPC's greedy Generate); Server-Sent Events framed byte for byte (chunked transfer coding,
 "data: <json>\\n\\n" events, "data: [DONE]\\n\\n" last), the same greedy text as
 the whole answer, a client that disconnects mid-stream frees its slot (the
 cancel path), the listener's refusals (413, 404, 405, malformed JSON), the
@@ -9,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 import unittest
@@ -189,6 +191,74 @@ class HttpTest(unittest.TestCase):
             "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
         self.assertEqual(status, 200, body)
         self.assertEqual(ok(), before + 1)
+
+    def curl(self, path, body=None):
+        """(HTTP status, body text) of curl on the HTTP port."""
+        command = ["curl", "-s", "-w", "\n%{http_code}",
+                   "http://127.0.0.1:%d%s" % (self.server.http_port, path)]
+        if body is not None:
+            command += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        text, _, status = result.stdout.rpartition("\n")
+        return int(status), text
+
+    def test_open_inference_protocol_rest_with_curl(self):
+        from harness import pb
+        greedy = self.server.stub.Generate(pb.GenerateRequest(
+            model=MODEL, prompt_text="Once upon", max_new_tokens=12, temperature=0.0),
+            timeout=60)
+        self.assertEqual(self.curl("/v2/health/live"), (200, '{"live":true}'))
+        self.assertEqual(self.curl("/v2/health/ready"), (200, '{"ready":true}'))
+        status, text = self.curl("/v2/models/%s" % MODEL)
+        self.assertEqual(status, 200, text)
+        metadata = json.loads(text)
+        self.assertEqual(metadata["versions"], ["1"])
+        self.assertIn({"name": "text_input", "datatype": "BYTES", "shape": [1]},
+                      metadata["inputs"])
+        self.assertEqual(json.loads(self.curl("/v2/models/%s/versions/1/ready" % MODEL)[1]),
+                         {"name": MODEL, "ready": True})
+        status, text = self.curl("/v2/models/%s/infer" % MODEL, {
+            "id": "curl-1", "parameters": {"max_tokens": 12, "temperature": 0},
+            "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1],
+                        "data": ["Once upon"]}]})
+        self.assertEqual(status, 200, text)
+        answer = json.loads(text)
+        self.assertEqual(answer["id"], "curl-1")
+        self.assertEqual(answer["model_version"], "1")
+        outputs = {o["name"]: o for o in answer["outputs"]}
+        self.assertEqual(outputs["text_output"]["data"], [greedy.text])
+        self.assertEqual(outputs["output_ids"]["data"], list(greedy.token_ids))
+        self.assertEqual(answer["parameters"]["finish_reason"], "length")
+        status, text = self.curl("/v2/models/%s/generate" % MODEL,
+                                 {"text_input": "Once upon", "max_tokens": 12, "temperature": 0})
+        self.assertEqual(status, 200, text)
+        self.assertEqual(json.loads(text)["text_output"], greedy.text)
+        status, text = self.curl("/v2/models/%s/generate_stream" % MODEL,
+                                 {"text_input": "Once upon", "parameters": {"max_tokens": 12,
+                                                                            "temperature": 0}})
+        self.assertEqual(status, 200, text)
+        events = text.split("\n\n")
+        self.assertEqual(events[-1], "")
+        pieces = [json.loads(e[len("data: "):]) for e in events[:-1]]
+        self.assertEqual("".join(p["text_output"] for p in pieces), greedy.text)
+        self.assertEqual(pieces[-1]["finish_reason"], "length")
+        # Errors: {"error": message} with the status of the failure.
+        status, text = self.curl("/v2/models/nope/infer", {"inputs": []})
+        self.assertEqual(status, 404, text)
+        self.assertIn("nope", json.loads(text)["error"])
+        status, text = self.curl("/v2/models/%s/infer" % MODEL, {
+            "inputs": [{"name": "text_input", "datatype": "INT32", "shape": [1], "data": ["x"]}]})
+        self.assertEqual(status, 400, text)
+        status, text = self.curl("/v2/models/%s/versions/7" % MODEL)
+        self.assertEqual(status, 404, text)
+        status, text = self.curl("/v2/models/%s/generate" % MODEL,
+                                 {"text_input": "a", "max_tokens": "many"})
+        self.assertEqual(status, 400, text)
+        self.assertIn("parameter max_tokens", json.loads(text)["error"])
+        infers = harness.metric_values(self.server.metrics(), "performer_requests_total",
+                                       protocol="kserve_v2", method="ModelInfer", code="OK")
+        self.assertGreaterEqual(sum(infers), 1)
 
     def test_refusals(self):
         status, headers, body = self.server.post(
