@@ -231,6 +231,11 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
                                "Recurrent-state memory of the active sequences", MetricType::Gauge);
     MetricFamily capacity = Family("performer_engine_state_memory_capacity_bytes",
                                    "Recurrent-state memory of all slots", MetricType::Gauge);
+    // The inference gateway's "KV-cache utilization" (its endpoint picker's
+    // --kv-cache-usage-percentage-metric): our cache is the slot pool.
+    MetricFamily utilization =
+        Family("performer_engine_state_memory_utilization",
+               "Fraction of the state slots in use (0 to 1)", MetricType::Gauge);
     MetricFamily last_step =
         Family("performer_engine_last_step_timestamp_seconds",
                "Unix time the engine last completed an iteration with work (or work arrived)",
@@ -261,6 +266,11 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
           Sample(bytes * static_cast<double>(stats.active), MetricType::Gauge, labels));
       capacity.metric.push_back(
           Sample(bytes * static_cast<double>(stats.capacity), MetricType::Gauge, labels));
+      utilization.metric.push_back(Sample(
+          stats.capacity > 0
+              ? static_cast<double>(stats.active) / static_cast<double>(stats.capacity)
+              : 0.0,
+          MetricType::Gauge, labels));
       last_step.metric.push_back(
           Sample(absl::ToDoubleSeconds(model->engine->last_step_time() - absl::UnixEpoch()),
                  MetricType::Gauge, labels));
@@ -278,8 +288,8 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
             Sample(static_cast<double>(m.value(stats)), m.type, with));
       }
     }
-    std::vector<MetricFamily> out = {active,   free,      queued,  used,
-                                     capacity, last_step, healthy, weights};
+    std::vector<MetricFamily> out = {active,      free,      queued,  used,   capacity,
+                                     utilization, last_step, healthy, weights};
     out.insert(out.end(), reuse.begin(), reuse.end());
     return out;
   }

@@ -166,6 +166,11 @@ class HttpTest(unittest.TestCase):
             got = b""
             while b"data: " not in got:
                 got += s.recv(4096)
+            # The one slot is in use: what the inference gateway's endpoint
+            # picker reads as the "KV-cache utilization".
+            self.assertEqual(harness.metric_values(
+                self.server.metrics(), "performer_engine_state_memory_utilization",
+                model=MODEL), [1.0])
         start = time.monotonic()
         status, _, body = self.server.post("/v1/completions", {
             "model": MODEL, "prompt": "b", "max_tokens": 4}, timeout=30)

@@ -166,6 +166,7 @@ TEST_F(ServerMetricsTest, ExpositionDescribesTheModelAndItsEngine) {
   EXPECT_EQ(Value(samples, "performer_engine_free_slots", model), 4);
   EXPECT_EQ(Value(samples, "performer_engine_queued_requests", model), 0);
   EXPECT_GT(Value(samples, "performer_engine_state_memory_capacity_bytes", model), 0);
+  EXPECT_EQ(Value(samples, "performer_engine_state_memory_utilization", model), 0);
   EXPECT_EQ(Value(samples, "performer_engine_healthy", model), 1);
   EXPECT_GT(Value(samples, "process_resident_memory_bytes"), 0);
 }
