@@ -42,6 +42,10 @@
 #               probes ask health names the server serves, and its scrape
 #               annotation is --metrics_port; the InferenceService selects
 #               that runtime (name, model format, protocol version).
+#   inference-gateway  the InferencePool selects the pods on --http_port (a
+#               container port "http"), its endpointPickerRef reaches the
+#               picker's pods, and the picker scrapes --metrics_port /metrics
+#               for gauges the server exports (metric_names.txt).
 #   components  deploy/kubernetes/components/*: the flags their patches add
 #               are performer-serve's, with values it parses; probes moved
 #               to --health_port point at it and the container declares it.
@@ -1316,6 +1320,68 @@ def session_header():
     return found.pop()
 
 
+def check_inference_gateway(label, objects):
+    """A render with components/inference-gateway: performer-serve serves
+    --http_port on a container port named http; the InferencePool selects
+    its pods on that port and names the endpoint picker's Service and port,
+    which reach the picker's pods; the picker scrapes --metrics_port at
+    /metrics for gauges the server exports (tests/deploy/metric_names.txt)."""
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    pools = [o for o in objects if o["kind"] == "InferencePool"]
+    errors = []
+    server = deployments["performer-serve"]["spec"]["template"]
+    container = next(c for c in server["spec"]["containers"] if c["name"] == "performer-serve")
+    flags = {p[0]: p[1] for p in map(parse_flag, container.get("args", [])) if p}
+    named_ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
+    http_port = int(flags.get("http_port", -1))
+    if http_port <= 0 or named_ports.get("http") != http_port:
+        errors.append(f"--http_port {http_port} is not the container port 'http' "
+                      f"({named_ports.get('http')})")
+    exported = {line.split()[0] for line in open(os.path.join(ROOT, "tests", "deploy",
+                                                              "metric_names.txt"))
+                if line.strip() and not line.startswith("#")}
+    if len(pools) != 1:
+        errors.append(f"{len(pools)} InferencePools in the render, not 1")
+    for pool in pools:
+        spec = pool["spec"]
+        if not selects(spec["selector"], server["metadata"].get("labels", {})):
+            errors.append("the InferencePool does not select performer-serve's pods")
+        if [p["number"] for p in spec["targetPorts"]] != [http_port]:
+            errors.append(f"InferencePool targetPorts {spec['targetPorts']} != --http_port")
+        ref = spec["endpointPickerRef"]
+        service = services.get(ref["name"])
+        if service is None:
+            errors.append(f"endpointPickerRef names no Service in the render: {ref['name']}")
+            continue
+        picker = next((d for d in deployments.values()
+                       if selects(service["spec"]["selector"],
+                                  d["spec"]["template"]["metadata"].get("labels", {}))), None)
+        entry = next((p for p in service["spec"]["ports"] if p["port"] == ref["port"]["number"]),
+                     None)
+        if picker is None or entry is None:
+            errors.append(f"Service {ref['name']} port {ref['port']['number']} reaches no picker")
+            continue
+        epp = picker["spec"]["template"]["spec"]["containers"][0]
+        epp_ports = {p.get("name"): p["containerPort"] for p in epp.get("ports", [])}
+        if epp_ports.get(entry.get("targetPort")) is None:
+            errors.append(f"the picker has no container port {entry.get('targetPort')!r}")
+        args = dict(a[2:].split("=", 1) for a in epp.get("args", []) if "=" in a)
+        if args.get("pool-name") != pool["metadata"]["name"]:
+            errors.append(f"--pool-name {args.get('pool-name')} is not the pool")
+        if int(args.get("model-server-metrics-port", 0)) != int(flags.get("metrics_port", 9464)):
+            errors.append("--model-server-metrics-port is not performer-serve's --metrics_port")
+        if args.get("model-server-metrics-path") != "/metrics":
+            errors.append("--model-server-metrics-path is not /metrics")
+        for flag in ("total-queued-requests-metric", "total-running-requests-metric",
+                     "kv-cache-usage-percentage-metric"):
+            metric = args.get(flag, "").split("{")[0]
+            if metric not in exported:
+                errors.append(f"--{flag}={metric!r} is not a metric performer-serve exports")
+    check(errors, f"{label}: InferencePool, endpoint picker and the server's HTTP port and gauges",
+          f"--http_port={http_port}")
+
+
 def check_session_routing(label, objects):
     """A render with components/session-routing: --session_peers names a
     headless Service of the pods that lists not-ready (draining) pods too, on
@@ -1471,6 +1537,8 @@ def main():
                 check_health_live(check_objects(name, objects, image))
             if name.endswith("/components/session-routing"):
                 check_session_routing(name, objects)
+            if name.endswith("/components/inference-gateway"):
+                check_inference_gateway(name, objects)
         check_kserve(image)
         check_components()
 
