@@ -426,6 +426,15 @@ class HttpsTest(SecureServerTestCase):
             self.assertEqual(status, 401, body)
             self.assertEqual(json.loads(body)["error"]["type"], "authentication_error")
 
+    def test_a_priority_above_the_bound_needs_the_permission(self):
+        status, body = self.https("POST", "/v1/completions", ALICE,
+                                  {"model": MODEL, "prompt": "a", "max_tokens": 2, "priority": 9})
+        self.assertEqual(status, 403, body)
+        self.assertEqual(json.loads(body)["error"]["type"], "permission_error")
+        status, body = self.https("POST", "/v1/completions", ROOT,
+                                  {"model": MODEL, "prompt": "a", "max_tokens": 2, "priority": 9})
+        self.assertEqual(status, 200, body)
+
     def test_plaintext_http_gets_no_answer(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
         try:
