@@ -7,11 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/http/http_generation.h"
 #include "server/http/openai_request.h"
@@ -148,13 +145,6 @@ absl::Status RenderChat(const ChatTemplate& chat, const std::string& prefix,
   return absl::OkStatus();
 }
 
-std::string NewSessionId() {
-  static absl::Mutex mu(absl::kConstInit);
-  static absl::BitGen* gen = new absl::BitGen();
-  absl::MutexLock lock(&mu);
-  return absl::StrFormat("resp-%016x", absl::Uniform<uint64_t>(*gen));
-}
-
 // The Responses turn of `request`: a new stored conversation (a session
 // created by this turn), the continuation of a stored response (its session,
 // the template's text after the previous answer first), or nothing stored.
@@ -180,7 +170,7 @@ absl::StatusOr<ResponsesTurn> PrepareTurn(const HostedModel& model, const std::s
     turn.session_id = head->session_id;
     request.wire.set_session_id(head->session_id);
   } else if (request.store) {
-    turn.session_id = NewSessionId();
+    turn.session_id = RandomId("resp-");
     request.wire.set_session_id(turn.session_id);
     request.wire.set_create_session(true);
   }

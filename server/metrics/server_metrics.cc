@@ -266,11 +266,11 @@ class ServerMetrics::EngineCollector : public prometheus::Collectable {
           Sample(bytes * static_cast<double>(stats.active), MetricType::Gauge, labels));
       capacity.metric.push_back(
           Sample(bytes * static_cast<double>(stats.capacity), MetricType::Gauge, labels));
-      utilization.metric.push_back(Sample(
-          stats.capacity > 0
-              ? static_cast<double>(stats.active) / static_cast<double>(stats.capacity)
-              : 0.0,
-          MetricType::Gauge, labels));
+      utilization.metric.push_back(
+          Sample(stats.capacity > 0
+                     ? static_cast<double>(stats.active) / static_cast<double>(stats.capacity)
+                     : 0.0,
+                 MetricType::Gauge, labels));
       last_step.metric.push_back(
           Sample(absl::ToDoubleSeconds(model->engine->last_step_time() - absl::UnixEpoch()),
                  MetricType::Gauge, labels));

@@ -13,12 +13,6 @@
 namespace performer::server {
 namespace {
 
-std::string NewRequestId() {
-  static absl::Mutex mu(absl::kConstInit);
-  static absl::BitGen* gen = new absl::BitGen();
-  absl::MutexLock lock(&mu);
-  return absl::StrFormat("req-%016x", absl::Uniform<uint64_t>(*gen));
-}
 
 // The wire request as the engine's request: tokenized, with the model's
 // defaults merged in. The engine validates it (Engine::Submit) against the
@@ -28,7 +22,7 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& wir
                                                   const RequestBounds& bounds,
                                                   const CallFacts& call) {
   GenerationRequest r;
-  r.request_id = wire.request_id().empty() ? NewRequestId() : wire.request_id();
+  r.request_id = wire.request_id().empty() ? RandomId("req-") : wire.request_id();
   absl::StatusOr<std::vector<int64_t>> prompt =
       Tokens(model, bounds, wire.prompt_case() == v1::GenerateRequest::kPromptText,
              wire.prompt_text(), wire.prompt_tokens().ids(), "prompt_text");
@@ -108,6 +102,13 @@ absl::Status BringSession(const GenerationStart& options, HostedModel& model,
 }
 
 }  // namespace
+
+std::string RandomId(const char* prefix) {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::BitGen* gen = new absl::BitGen();
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("%s%016x", prefix, absl::Uniform<uint64_t>(*gen));
+}
 
 absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const RequestBounds& bounds,
                                             bool has_text, const std::string& text,

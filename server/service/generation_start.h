@@ -36,6 +36,10 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const Requ
                                             const google::protobuf::RepeatedField<int32_t>& ids,
                                             const char* field);
 
+// `prefix` and 16 random hex digits: a request id the server makes ("req-")
+// or another id of its own.
+std::string RandomId(const char* prefix);
+
 // NOT_FOUND for a model name the repository does not host; `field` names
 // the request field, and the name is quoted bounded (BoundUserText).
 absl::Status UnknownModelError(const char* field, const std::string& name);
