@@ -171,7 +171,10 @@ test('overload is RateLimitError', TIMEOUT, async () => {
       client.completions.create({model: MODEL, prompt: 'a', max_tokens: 20, temperature: 0})));
     const limited = results.filter((r) => r.status === 'rejected');
     assert.ok(limited.length > 0, 'no request was refused');
-    for (const r of limited) assert.ok(r.reason instanceof RateLimitError, String(r.reason));
+    for (const r of limited) {
+      assert.ok(r.reason instanceof RateLimitError, String(r.reason));
+      assert.match(r.reason.headers.get('retry-after') || '', /^[1-9]\d*$/);
+    }
     assert.ok(results.some((r) => r.status === 'fulfilled'));
   } finally {
     assert.equal(await busy.server.stop(), 0, busy.server.log);

@@ -287,6 +287,29 @@ class HttpTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
 
 
+class HttpWithoutChatTemplateTest(unittest.TestCase):
+    def test_chat_on_a_model_without_a_template_is_a_400_that_says_so(self):
+        repo = harness.ModelRepository("http-no-template")
+        repo.add("lm_causal_default")
+        port_file = os.path.join(harness.make_temp_dir("http-no-template-port"), "http_port")
+        server = harness.Server(repo.dir, ["--http_port=0", "--http_port_file=" + port_file],
+                                name="http-no-template").start()
+        try:
+            port = harness.read_port_file(port_file)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/v1/chat/completions", json.dumps({
+                "model": "lm_causal_default", "messages": [{"role": "user", "content": "hi"}]}),
+                {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            error = json.loads(response.read())["error"]
+            conn.close()
+            self.assertEqual(response.status, 400)
+            self.assertEqual(error["param"], "model")
+            self.assertIn("no chat template (chat_template.json", error["message"])
+        finally:
+            server.stop()
+
+
 class HttpDrainTest(unittest.TestCase):
     def test_drain_answers_503_with_retry_after_and_finishes_running_streams(self):
         server = HttpServer(["--max_batch=2", "--step_delay_ms=20", "--drain_timeout=30s"],
