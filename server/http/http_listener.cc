@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "server/engine/thread_name.h"
 #include "server/http/http_tls.h"
 
@@ -47,17 +48,23 @@ std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
 class HttpConnectionBase : public HttpExchange {
  public:
   virtual void Start() = 0;
-  // From Stop(), once no thread runs the context: drops what ties the
-  // answer's owner to this connection.
-  virtual void Abandon() = 0;
+  // From Stop(): closes the connection on its strand and drops what ties
+  // the answer's owner to it.
+  virtual void ShutdownSoon() = 0;
 };
 
-struct HttpListener::State {
+// Shared by the listener and every connection (each holds it), so that it
+// and its io_context outlive the last connection, wherever that is held.
+struct HttpListener::State : std::enable_shared_from_this<HttpListener::State> {
   HttpListenerOptions options;
   HttpHandler handler;
   // Before the io_context: connections the context's handlers still own
   // count down while it is destroyed.
   std::atomic<int64_t> connections{0};
+  // Set by Stop(): tasks are no longer posted, and a closed connection runs
+  // a write's callback at once.
+  std::atomic<bool> stopped{false};
+  std::atomic<int> running_threads{0};
   absl::Mutex mu;
   std::vector<std::weak_ptr<HttpConnectionBase>> open ABSL_GUARDED_BY(mu);
   asio::io_context ioc;
@@ -65,7 +72,6 @@ struct HttpListener::State {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   int port = 0;
-  bool stopped = false;
 
   void Accept();
   void Track(const std::shared_ptr<HttpConnectionBase>& connection);
@@ -81,9 +87,9 @@ class HttpConnection final : public HttpConnectionBase,
  public:
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
-  HttpConnection(HttpListener::State* state, tcp::socket socket,
+  HttpConnection(std::shared_ptr<HttpListener::State> state, tcp::socket socket,
                  std::shared_ptr<asio::ssl::context> tls)
-      : state_(state),
+      : state_(std::move(state)),
         tls_(std::move(tls)),
         stream_(MakeStream(std::move(socket), static_cast<Stream*>(nullptr), tls_.get())),
         timer_(stream_.get_executor()) {
@@ -123,12 +129,18 @@ class HttpConnection final : public HttpConnectionBase,
     DoRead();
   }
 
-  void Abandon() override {
-    gone_ = nullptr;
-    keep_.reset();
+  void ShutdownSoon() override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->gone_ = nullptr;
+      self->keep_.reset();
+      self->Close();
+    });
   }
 
+  // Once the listener stopped, no thread runs tasks: they are dropped (and
+  // with them what they hold).
   void Post(std::function<void()> task) override {
+    if (state_->stopped) return;
     asio::post(stream_.get_executor(), std::move(task));
   }
 
@@ -284,7 +296,11 @@ class HttpConnection final : public HttpConnectionBase,
   // Writes queue: one on the wire at a time, each within write_timeout.
   void Send(std::string data, std::function<void()> written) {
     if (closed_) {
-      if (written) Post(std::move(written));
+      if (written && state_->stopped) {
+        written();
+      } else if (written) {
+        Post(std::move(written));
+      }
       return;
     }
     out_.emplace_back(std::move(data), std::move(written));
@@ -333,7 +349,7 @@ class HttpConnection final : public HttpConnectionBase,
 
   tcp::socket& Socket() { return beast::get_lowest_layer(stream_).socket(); }
 
-  HttpListener::State* const state_;
+  const std::shared_ptr<HttpListener::State> state_;
   // The TLS context the connection began with (a reload does not touch it).
   const std::shared_ptr<asio::ssl::context> tls_;
   Stream stream_;
@@ -363,11 +379,11 @@ void HttpListener::State::Accept() {
     if (!ec) {
       std::shared_ptr<HttpConnectionBase> connection;
       if (options.tls != nullptr) {
-        connection = std::make_shared<HttpConnection<TlsStream>>(this, std::move(socket),
-                                                                 options.tls->context());
+        connection = std::make_shared<HttpConnection<TlsStream>>(
+            shared_from_this(), std::move(socket), options.tls->context());
       } else {
-        connection =
-            std::make_shared<HttpConnection<beast::tcp_stream>>(this, std::move(socket), nullptr);
+        connection = std::make_shared<HttpConnection<beast::tcp_stream>>(
+            shared_from_this(), std::move(socket), nullptr);
       }
       Track(connection);
       connection->Post([connection] { connection->Start(); });
@@ -413,9 +429,11 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   state->work.emplace(state->ioc.get_executor());
   state->Accept();
   for (int i = 0; i < std::max(1, options.threads); ++i) {
+    ++state->running_threads;
     state->threads.emplace_back([s = state.get(), i] {
       NameThisThread(absl::StrCat("http-", i));
       s->ioc.run();
+      --s->running_threads;
     });
   }
   return std::unique_ptr<HttpListener>(new HttpListener(std::move(state)));
@@ -428,13 +446,11 @@ int HttpListener::port() const { return state_->port; }
 int64_t HttpListener::open_connections() const { return state_->connections.load(); }
 
 void HttpListener::Stop() {
-  if (state_->stopped) return;
-  state_->stopped = true;
-  state_->work.reset();
-  state_->ioc.stop();
-  for (std::thread& t : state_->threads) t.join();
-  beast::error_code ec;
-  state_->acceptor.close(ec);
+  if (state_->stopped.exchange(true)) return;
+  asio::post(state_->ioc, [s = state_.get()] {
+    beast::error_code ec;
+    s->acceptor.close(ec);
+  });
   std::vector<std::shared_ptr<HttpConnectionBase>> open;
   {
     absl::MutexLock lock(&state_->mu);
@@ -443,7 +459,16 @@ void HttpListener::Stop() {
     }
     state_->open.clear();
   }
-  for (const auto& c : open) c->Abandon();
+  for (const auto& c : open) c->ShutdownSoon();
+  open.clear();
+  // The threads return once every connection's operations have ended (the
+  // closes abort them); past a bound, they are stopped.
+  state_->work.reset();
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (state_->running_threads > 0 && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(5));
+  if (state_->running_threads > 0) state_->ioc.stop();
+  for (std::thread& t : state_->threads) t.join();
 }
 
 }  // namespace performer::server

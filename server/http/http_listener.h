@@ -49,7 +49,8 @@ class HttpExchange {
  public:
   virtual ~HttpExchange() = default;
   // Runs `task` on the exchange's strand (from any thread). The task runs
-  // even after the client went away (the exchange then discards output).
+  // even after the client went away (the exchange then discards output),
+  // but not after the listener stopped (it is then dropped).
   virtual void Post(std::function<void()> task) = 0;
   // The whole answer.
   virtual void Respond(int status, std::string_view content_type, std::string body,
@@ -57,7 +58,8 @@ class HttpExchange {
   // Starts a 200 answer of unknown length (text/event-stream, chunked).
   virtual void StartStream(std::string_view content_type, const HttpHeaders& headers = {}) = 0;
   // Sends one piece of the stream; `written` runs on the strand once it is
-  // on the wire (or the client is gone). One write at a time.
+  // on the wire (or the client is gone; after the listener stopped, at once
+  // on the caller's thread). One write at a time.
   virtual void Write(std::string data, std::function<void()> written) = 0;
   // Ends the stream.
   virtual void EndStream() = 0;
@@ -102,7 +104,9 @@ class HttpListener {
 
   int port() const;
   int64_t open_connections() const;
-  // Stops accepting, closes every connection and joins the threads.
+  // Stops accepting, closes every connection and joins the threads (once
+  // the connections' operations have ended, at most about 5 s). An exchange
+  // still held elsewhere stays valid: its writes are dropped.
   void Stop();
 
   struct State;
