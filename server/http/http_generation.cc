@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/http/openai_response.h"
+#include "server/security/call_gate.h"
 
 namespace performer::server {
 namespace {
@@ -164,13 +165,23 @@ void RespondError(HttpExchange& exchange, CallReport* report, const absl::Status
   if (report != nullptr) report->End(status);
 }
 
+absl::Status CheckHttpCall(const GenerationStart& start, const HttpRequest& http) {
+  if (start.tokens == nullptr) return absl::OkStatus();
+  const CallGate gate{start.tokens, /*health_only=*/false, start.security_observer};
+  return CheckCall(gate, http.Path(), http.Header("authorization"));
+}
+
+absl::StatusOr<Caller> HttpCaller(const GenerationStart& start, const HttpRequest& http) {
+  if (start.tokens == nullptr) return Caller{};
+  return start.tokens->Authenticate(http.Header("authorization"));
+}
+
 void StartHttpGeneration(ModelRepository& repository, GenerationStart start,
                          const HttpRequest& http, const std::shared_ptr<HttpExchange>& exchange,
                          const v1::GenerateRequest& wire, bool stream,
                          std::unique_ptr<AnswerFormat> format, std::unique_ptr<CallReport> report) {
   CallFacts call;
-  if (start.tokens != nullptr)
-    call.caller = start.tokens->Authenticate(http.Header("authorization"));
+  call.caller = HttpCaller(start, http);
   if (const std::string_view routed = http.Header("x-session-id"); !routed.empty()) {
     call.routed_session_id = std::string(routed);
   }

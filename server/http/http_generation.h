@@ -75,6 +75,16 @@ class AnswerFormat {
   virtual std::string ErrorBody(const absl::Status& status) { return ""; }
 };
 
+// The gate every HTTP route but health passes with bearer tokens (`tokens`
+// not null): CheckCall (server/security/call_gate.h) on the request's path
+// and Authorization header; OK without tokens.
+absl::Status CheckHttpCall(const GenerationStart& start, const HttpRequest& http);
+
+// The caller of a request that passed the gate: its token's caller, or the
+// anonymous Caller{} without tokens; UNAUTHENTICATED for a token revoked
+// since (a reload in between).
+absl::StatusOr<Caller> HttpCaller(const GenerationStart& start, const HttpRequest& http);
+
 // Starts `wire` through StartGeneration (the HTTP call's caller, its
 // x-session-id header) and answers it with `format` on `exchange`: refused
 // requests at once with their error, accepted ones as they produce.

@@ -39,6 +39,8 @@ struct HttpRequest {
 
   // The first header of that (lower-case) name; empty when absent.
   std::string_view Header(std::string_view name) const;
+  // The target without its query.
+  std::string Path() const { return target.substr(0, target.find('?')); }
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;

@@ -13,7 +13,6 @@
 #include "server/http/http_generation.h"
 #include "server/http/openai_response.h"
 #include "server/logging/user_text.h"
-#include "server/security/call_gate.h"
 #include "server/service/generation_rpc.h"
 #include "server/service/open_inference.h"
 
@@ -367,7 +366,7 @@ json MetadataJson(const HostedModel& model) {
 
 void OpenInferenceRest::Handle(const HttpRequest& request,
                                const std::shared_ptr<HttpExchange>& exchange) {
-  const std::string path = request.target.substr(0, request.target.find('?'));
+  const std::string path = request.Path();
   if (path == "/v2/health/live" || path == "/v2/health/ready") {
     const bool ready = !repository_.draining();
     if (path == "/v2/health/live") {
@@ -397,11 +396,7 @@ void OpenInferenceRest::Handle(const HttpRequest& request,
     report->End(status);
     return;
   }
-  if (options_.start.tokens != nullptr) {
-    const CallGate gate{options_.start.tokens, /*health_only=*/false,
-                        options_.start.security_observer};
-    status = CheckCall(gate, path, request.Header("authorization"));
-  }
+  status = CheckHttpCall(options_.start, request);
   absl::StatusOr<HostedModel*> model =
       status.ok() ? GeneratingModel(repository_, target->model) : status;
   if (model.ok()) {

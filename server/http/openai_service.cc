@@ -1,7 +1,5 @@
 #include "server/http/openai_service.h"
 
-#include <atomic>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -15,7 +13,6 @@
 #include "server/http/openai_response.h"
 #include "server/http/responses_api.h"
 #include "server/logging/user_text.h"
-#include "server/security/call_gate.h"
 
 namespace performer::server {
 namespace {
@@ -87,8 +84,6 @@ std::optional<Route> RouteOf(const std::string& path) {
   }
   return std::nullopt;
 }
-
-std::string PathOf(const std::string& target) { return target.substr(0, target.find('?')); }
 
 json ModelJson(const HostedModel& model, int64_t created) {
   return {{"id", model.name},
@@ -183,10 +178,7 @@ void Responses(ModelRepository& repository, const OpenAiServiceOptions& options,
                const std::shared_ptr<HttpExchange>& exchange, std::unique_ptr<CallReport> report) {
   absl::StatusOr<OpenAiGeneration> request =
       ParseOpenAiGeneration(OpenAiEndpoint::kResponses, http.body);
-  absl::StatusOr<Caller> caller = Caller{};
-  if (options.start.tokens != nullptr) {
-    caller = options.start.tokens->Authenticate(http.Header("authorization"));
-  }
+  const absl::StatusOr<Caller> caller = HttpCaller(options.start, http);
   absl::StatusOr<const HostedModel*> model =
       request.ok() ? ChatModel(repository, *request) : request.status();
   absl::StatusOr<ResponsesTurn> turn = model.ok() && caller.ok()
@@ -204,10 +196,7 @@ void Responses(ModelRepository& repository, const OpenAiServiceOptions& options,
 absl::Status StoredResponseCall(ModelRepository& repository, const OpenAiServiceOptions& options,
                                 ResponseStore& store, const HttpRequest& http,
                                 const std::string& id, HttpExchange& exchange) {
-  absl::StatusOr<Caller> caller = Caller{};
-  if (options.start.tokens != nullptr) {
-    caller = options.start.tokens->Authenticate(http.Header("authorization"));
-  }
+  const absl::StatusOr<Caller> caller = HttpCaller(options.start, http);
   absl::StatusOr<StoredResponse> found = !caller.ok()
                                              ? absl::StatusOr<StoredResponse>(caller.status())
                                          : http.method == "GET" ? store.Get(id, caller->name)
@@ -256,7 +245,7 @@ OpenAiService::OpenAiService(ModelRepository& repository, OpenAiServiceOptions o
 
 void OpenAiService::Handle(const HttpRequest& request,
                            const std::shared_ptr<HttpExchange>& exchange) {
-  const std::string path = PathOf(request.target);
+  const std::string path = request.Path();
   const std::optional<Route> route = RouteOf(path);
   if (!route.has_value()) {
     RespondError(*exchange, nullptr,
@@ -272,13 +261,9 @@ void OpenAiService::Handle(const HttpRequest& request,
     report->End(status);
     return;
   }
-  if (options_.start.tokens != nullptr) {
-    const CallGate gate{options_.start.tokens, /*health_only=*/false,
-                        options_.start.security_observer};
-    if (absl::Status s = CheckCall(gate, path, request.Header("authorization")); !s.ok()) {
-      RespondError(*exchange, report.get(), s);
-      return;
-    }
+  if (absl::Status s = CheckHttpCall(options_.start, request); !s.ok()) {
+    RespondError(*exchange, report.get(), s);
+    return;
   }
   if (route->method == "models") {
     report->End(ListModels(repository_, path, *exchange, report->record()));
