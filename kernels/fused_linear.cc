@@ -30,6 +30,13 @@ torch::Tensor Operand(const torch::Tensor& t, int64_t numel, const char* name) {
 void SetCudaFusedLinearMaxRows(int64_t rows) { cuda_max_rows.store(rows); }
 int64_t CudaFusedLinearMaxRows() { return cuda_max_rows.load(); }
 
+torch::Tensor GeluRows(const torch::Tensor& x) {
+  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat && x.dim() > 0 && x.numel() > 0) {
+    return cpu::GeluRows(x);
+  }
+  return at::gelu(x);
+}
+
 bool FusedLinearSupported(const torch::Tensor& weight) {
   const torch::ScalarType t = weight.scalar_type();
   if (weight.device().is_cpu()) {

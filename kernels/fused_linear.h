@@ -45,6 +45,12 @@ struct FusedLinearOptions {
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const FusedLinearOptions& options = {});
 
+// GELU (erf) of each row of x [..., cols] (the fused epilogue's): on the
+// CPU a row's bits do not depend on the other rows (ATen's vectorised GELU
+// computes a range's tail with another erf, and splits large tensors into
+// ranges of its own); tensor ops elsewhere. Not differentiable.
+torch::Tensor GeluRows(const torch::Tensor& x);
+
 // True when FusedLinear takes a weight of this dtype on this device (float32,
 // bfloat16 or int8 on the CPU; float32 or bfloat16 on CUDA when this build
 // compiled kernels/cuda).

@@ -168,4 +168,103 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
   return cpu::FavorStateStepForward(state, F32(v), norm, favor, SlotPointer(slots));
 }
 
+bool LinearStateScanSupported(const torch::Tensor& state) {
+  return state.defined() && state.device().is_cpu() && state.scalar_type() == torch::kFloat &&
+         state.dim() >= 3 && state.is_contiguous();
+}
+
+namespace {
+
+void CheckScanState(const char* op, const torch::Tensor& state) {
+  TORCH_CHECK(LinearStateScanSupported(state) && state.dim() == 3, op,
+              ": state must be a contiguous float32 (S, M, E+1) tensor on the CPU, got ",
+              state.sizes(), " ", state.scalar_type(), " on ", state.device());
+}
+
+void CheckScanTensor(const char* op, const char* name, const torch::Tensor& t,
+                     torch::IntArrayRef shape) {
+  TORCH_CHECK(t.sizes() == shape, op, ": ", name, " must be ", shape, ", got ", t.sizes());
+  TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " must be on the CPU");
+}
+
+// Token-major rows [C, T, H] of C*H states.
+cpu::ScanLayout TokenMajor(int64_t tokens, int64_t heads) {
+  return {tokens, heads, /*token_stride=*/heads, /*head_stride=*/1};
+}
+
+}  // namespace
+
+torch::Tensor LinearStateScan(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v) {
+  CheckScanState("LinearStateScan", state);
+  const int64_t states = state.size(0), m = state.size(1), e = state.size(2) - 1;
+  const int64_t tokens = q.dim() == 3 ? q.size(1) : 0;
+  CheckScanTensor("LinearStateScan", "q", q, {states, tokens, m});
+  CheckScanTensor("LinearStateScan", "k", k, {states, tokens, m});
+  CheckScanTensor("LinearStateScan", "v", v, {states, tokens, e});
+  if (tokens == 0) return torch::empty({states, 0, e + 1}, state.options());
+  const cpu::ScanLayout layout{tokens, /*heads=*/1, /*token_stride=*/1, /*head_stride=*/0};
+  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), torch::Tensor(), nullptr,
+                                     nullptr, layout)
+      .view({states, tokens, e + 1});
+}
+
+torch::Tensor LinearStateScanNormalized(torch::Tensor& state, const torch::Tensor& q,
+                                        const torch::Tensor& k, const torch::Tensor& v,
+                                        torch::Tensor sums, double scale, double offset,
+                                        double eps) {
+  CheckScanState("LinearStateScanNormalized", state);
+  TORCH_CHECK(q.dim() == 4, "LinearStateScanNormalized: q must be (C, T, H, M)");
+  const int64_t c = q.size(0), tokens = q.size(1), heads = q.size(2);
+  const int64_t m = state.size(1), e = state.size(2) - 1;
+  TORCH_CHECK(state.size(0) == c * heads, "LinearStateScanNormalized: ", state.size(0),
+              " states for ", c, " sequences of ", heads, " heads");
+  CheckScanTensor("LinearStateScanNormalized", "q", q, {c, tokens, heads, m});
+  CheckScanTensor("LinearStateScanNormalized", "k", k, {c, tokens, heads, m});
+  CheckScanTensor("LinearStateScanNormalized", "v", v, {c, tokens, heads, e});
+  if (sums.defined()) {
+    CheckScanTensor("LinearStateScanNormalized", "sums", sums, {c * heads, e + 1});
+    TORCH_CHECK(sums.scalar_type() == torch::kFloat && sums.is_contiguous(),
+                "LinearStateScanNormalized: sums must be contiguous float32");
+  }
+  if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+  cpu::StepNormalization norm{sums.defined() ? sums.data_ptr<float>() : nullptr,
+                              static_cast<float>(scale), static_cast<float>(offset),
+                              static_cast<float>(eps)};
+  return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), torch::Tensor(), &norm, nullptr,
+                                     TokenMajor(tokens, heads))
+      .view({c, tokens, heads, e});
+}
+
+torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                             const torch::Tensor& projections, const torch::Tensor& diag,
+                             const torch::Tensor& v, double kernel_eps, double denominator_eps) {
+  CheckScanState("FavorStateScan", state);
+  TORCH_CHECK(projections.dim() == 5 && projections.size(2) == 2,
+              "FavorStateScan: projections must be (C, T, 2, H, M), got ", projections.sizes());
+  const int64_t c = projections.size(0), tokens = projections.size(1), heads = projections.size(3);
+  const int64_t m = state.size(1), e = state.size(2) - 1;
+  TORCH_CHECK(state.size(0) == c * heads, "FavorStateScan: ", state.size(0), " states for ", c,
+              " sequences of ", heads, " heads");
+  CheckScanTensor("FavorStateScan", "projections", projections, {c, tokens, 2, heads, m});
+  CheckScanTensor("FavorStateScan", "diag", diag, {c, tokens, 2, heads});
+  CheckScanTensor("FavorStateScan", "v", v, {c, tokens, heads, e});
+  CheckScanTensor("FavorStateScan", "key_max", key_max, {c * heads});
+  CheckScanTensor("FavorStateScan", "sums", sums, {c * heads, e + 1});
+  for (const torch::Tensor* t : {&key_max, &sums}) {
+    TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous(),
+                "FavorStateScan: key_max and sums must be contiguous float32");
+  }
+  if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+  const double ratio = 1.0 / std::sqrt(static_cast<double>(m));
+  torch::Tensor u = F32(projections), d = F32(diag);
+  cpu::FavorFeatures favor{u.data_ptr<float>(), d.data_ptr<float>(), key_max.data_ptr<float>(),
+                           heads, static_cast<float>(kernel_eps)};
+  cpu::StepNormalization norm{sums.data_ptr<float>(), static_cast<float>(ratio * ratio),
+                              static_cast<float>(ratio * ratio * kernel_eps),
+                              static_cast<float>(denominator_eps * ratio)};
+  return cpu::FavorStateStepForward(state, F32(v), norm, favor, nullptr, TokenMajor(tokens, heads))
+      .view({c, tokens, heads, e});
+}
+
 }  // namespace performer::kernels

@@ -65,6 +65,35 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
                              const torch::Tensor& v, double kernel_eps, double denominator_eps,
                              const torch::Tensor& slots = {});
 
+// Scans: each state through T tokens in order, every token with exactly the
+// operations of one step above (one loop body), so that a prompt fed as a
+// scan and the same tokens fed one step at a time give the same bits, and a
+// token's result does not depend on how many tokens or states share the
+// call. The threads split the states, never a state's tokens. CPU only
+// (LinearStateScanSupported); a long prompt's scan is slower than the
+// chunkwise kernels/causal_linear_prefill.h, which sums in another order.
+//
+// State-major, unnormalised (fast-transformers' RecurrentLinearAttention):
+// state (S, M, E + 1), q, k (S, T, M), v (S, T, E) -> (S, T, E + 1).
+torch::Tensor LinearStateScan(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v);
+// Token-major, normalised as LinearStateStepNormalized (no decay): C
+// sequences of H heads, state (C*H, M, E + 1), sums (C*H, E + 1) or
+// undefined, q, k (C, T, H, M), v (C, T, H, E) -> (C, T, H, E).
+torch::Tensor LinearStateScanNormalized(torch::Tensor& state, const torch::Tensor& q,
+                                        const torch::Tensor& k, const torch::Tensor& v,
+                                        torch::Tensor sums, double scale, double offset,
+                                        double eps);
+// FavorStateStep over T tokens: state (C*H, M, E + 1), key_max (C*H),
+// sums (C*H, E + 1), projections (C, T, 2, H, M), diag (C, T, 2, H),
+// v (C, T, H, E) -> (C, T, H, E).
+torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                             const torch::Tensor& projections, const torch::Tensor& diag,
+                             const torch::Tensor& v, double kernel_eps, double denominator_eps);
+// True when the scans run for this state (or a view of it with its leading
+// axes merged): contiguous float32 on the CPU.
+bool LinearStateScanSupported(const torch::Tensor& state);
+
 // The CUDA kernel behind LinearStateStep, LinearStateStepNormalized and
 // FavorStateStep (the CPU has one). Process-wide; read at every call.
 //   kByShape (the default): kVectorSplit from kVectorStepMinRows state rows

@@ -8,14 +8,9 @@
 namespace performer {
 namespace {
 
-// Up to this many rows the skinny kernel (which streams W once) beats
-// OpenBLAS's packed sgemm; without it, one gemv per row does up to 4.
-constexpr int64_t kMaxSkinnyRows = 64;
+// Without the skinny kernel (another device), one gemv per row does up to
+// this many rows.
 constexpr int64_t kMaxGemvRows = 4;
-// In a full forward the skinny kernel wins up to here (bench model, 2
-// cores: a 32-token prefill 16.5 ms vs about 19 through OpenBLAS; at 64
-// tokens 34 ms vs 30).
-constexpr int64_t kMaxForwardSkinnyRows = 32;
 
 // bfloat16 or int8 (core/attention/linear_weights.h): kernels::FusedLinear's.
 bool IsCompact(const torch::Tensor& weight) {
@@ -33,7 +28,7 @@ torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
     return kernels::FusedLinear(x.contiguous(), weight, options);
   }
   const int64_t rows = x.size(0);
-  if (rows <= kMaxSkinnyRows && kernels::SkinnyLinearSupported(x, weight)) {
+  if (kernels::SkinnyLinearSupported(x, weight)) {
     return kernels::SkinnyLinear(x, weight, bias);
   }
   if (rows <= kMaxGemvRows) {
@@ -56,7 +51,7 @@ torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x
   const int64_t in = x.size(-1);
   const int64_t rows = in > 0 ? x.numel() / in : 0;
   const bool compact = IsCompact(layer->weight);
-  if (!compact && (torch::GradMode::is_enabled() || rows == 0 || rows > kMaxForwardSkinnyRows ||
+  if (!compact && (torch::GradMode::is_enabled() || rows == 0 ||
                    !kernels::SkinnyLinearSupported(x.reshape({rows, in}), layer->weight))) {
     return torch::nn::functional::linear(x, layer->weight, layer->bias);
   }

@@ -1,10 +1,11 @@
-// y = x W^T + b for a few rows x [B, in], as a decode step needs it: the
-// projections of attention layers and the feed-forwards of every model.
-// OpenBLAS's sgemm packs the weight matrix on every call, which at batch 1
-// costs several times the matrix-vector product (measured: 0.30 ms vs 0.06 ms
-// for a 2048 x 512 layer). Up to 64 float32 CPU rows use
-// kernels::SkinnyLinear (streams W once); otherwise small batches use one
-// gemv per row and larger ones W x^T. A bfloat16 or int8 weight
+// y = x W^T + b for rows x [B, in], as inference needs it: the projections
+// of attention layers and the feed-forwards of every model, in decode steps
+// and prompts alike. Float32 CPU rows use kernels::SkinnyLinear at any B:
+// each output is one dot product in a fixed order, so a row's result is the
+// same bits whatever the other rows (a prompt's tokens, a step's batch),
+// which sgemm does not promise (and OpenBLAS's packing of W costs several
+// times the product at batch 1). Elsewhere small batches use one gemv per
+// row and larger ones W x^T. A bfloat16 or int8 weight
 // (core/attention/linear_weights.h) goes to kernels::FusedLinear at any
 // number of rows. Returns a contiguous [B, out].
 #pragma once
@@ -19,11 +20,8 @@ namespace performer {
 torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x);
 
 // layer(x) for x [..., in] as the full forward needs it. Without autograd
-// (inference, no-grad) and with few rows in all (a short prompt), through
-// LinearRows: a short prompt's prefill then streams each weight once as a
-// decode step does, instead of paying OpenBLAS's packing of every weight
-// matrix (which made a 1-token prefill cost three steps). Otherwise the
-// module's own forward (autograd, long prompts).
+// (inference, no-grad) through LinearRows, so that a row's result does not
+// depend on the others; with it the module's own forward.
 // A layer with compact weights takes LinearRows at any number of rows.
 torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x);
 // layer->forward(x) with float32 weights (the same operations, bit for bit);

@@ -14,6 +14,10 @@
 // Step() is the causal incremental form: a ring of the raw keys/values of
 // the last 2w positions per row (entry = position mod 2w); a query at
 // position p sees positions max(0, (p/w - 1) w) .. p with the same slots.
+// With float32 rings on the CPU, Step() and Extend() run one loop per (sequence, head) that
+// feeds tokens in order with every sum in position order, so a token's
+// output is the same bits however its sequence was fed (prompt chunks or
+// steps) and whatever shares the call; otherwise they are tensor ops.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -50,6 +54,18 @@ class WindowedLocalAttentionImpl : public torch::nn::Module {
   int64_t window_size() const { return window_size_; }
 
  private:
+  // The CPU form of Step and Extend: q, k, v [C, T, lh, d], start [C]
+  // (int64, each sequence's first position), rings [C, lh, 2w, d].
+  torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& start,
+                              const torch::Tensor& ring_k, const torch::Tensor& ring_v) const;
+  torch::Tensor StepTensorOps(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& positions,
+                              const torch::Tensor& ring_k, const torch::Tensor& ring_v) const;
+  torch::Tensor ExtendTensorOps(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, int64_t start, const torch::Tensor& ring_k,
+                                const torch::Tensor& ring_v);
+
   int64_t window_size_;
   bool causal_;
   double dropout_;

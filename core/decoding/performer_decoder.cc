@@ -118,6 +118,11 @@ torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& 
     options.context = encodings;
     options.context_mask = mask;
   }
+  if (device().is_cpu()) {
+    // The prompt as a chunk from the empty state: the tokens get the bits
+    // that steps, or any other split into chunks, give them.
+    return decoder_->Extend(OnDevice(r.prompt), rows, 0);
+  }
   torch::Tensor logits = decoder_->forward(OnDevice(r.prompt).unsqueeze(0), options);
   return logits[0][logits.size(1) - 1];
 }
@@ -125,7 +130,9 @@ torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& 
 torch::Tensor PerformerDecoder::PrefillSlots(int64_t first,
                                              const std::vector<const PrefillRequest*>& requests) {
   const auto count = static_cast<int64_t>(requests.size());
-  if (info().needs_source || count == 1) return SlotPoolDecoder::PrefillSlots(first, requests);
+  if (info().needs_source || count == 1 || device().is_cpu()) {
+    return SlotPoolDecoder::PrefillSlots(first, requests);
+  }
   const auto length = static_cast<int64_t>(requests.front()->prompt.size());
   std::vector<int64_t> tokens;
   tokens.reserve(static_cast<size_t>(count * length));

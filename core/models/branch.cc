@@ -156,14 +156,14 @@ void BranchImpl::AppendDecodeTensors(std::vector<torch::Tensor>* out) const {
 }
 
 torch::Tensor BranchImpl::StepWithResidual(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                           const torch::Tensor& positions,
-                                           torch::TensorList state) {
+                                           const torch::Tensor& positions, torch::TensorList state,
+                                           bool chunk) {
   TORCH_CHECK(fuses_step(), "Branch::StepWithResidual: this branch does not fuse its step");
   FusedLinearOptions norm;
   norm.norm_weight = norm_->weight;
   norm.norm_bias = norm_->bias;
   norm.norm_eps = norm_->options.eps();
-  if (is_attention()) return attention_->FusedStep(x, norm, rotary, positions, state);
+  if (is_attention()) return attention_->FusedStep(x, norm, rotary, positions, state, chunk);
   return feed_forward_->FusedStep(x, norm);
 }
 

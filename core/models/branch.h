@@ -63,9 +63,11 @@ class BranchImpl : public torch::nn::Module {
   // Makes the inner module's decode weights (core/models/decode_step_options.h).
   void PrepareForDecoding(const DecodeStepOptions& options);
   // x + Step(x) for a branch that fuses_step(), its norm and residual fused
-  // into the projections (kernels/fused_linear.h). Needs PrepareForDecoding.
+  // into the projections (kernels/fused_linear.h); with `chunk`, x +
+  // Extend(x) the same way. Needs PrepareForDecoding.
   torch::Tensor StepWithResidual(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                 const torch::Tensor& positions, torch::TensorList state);
+                                 const torch::Tensor& positions, torch::TensorList state,
+                                 bool chunk = false);
   // Appends the tensors PrepareForDecoding made (for weight accounting).
   void AppendDecodeTensors(std::vector<torch::Tensor>* out) const;
 

@@ -2,11 +2,15 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/attention/causal_linear_attention.h"
 #include "core/attention/linear_attention.h"
 #include "core/models/initialization.h"
 #include "core/recurrent/linear_state.h"
+#include "kernels/linear_state_step.h"
+#include "kernels/skinny_linear.h"
 
 namespace performer::models {
 namespace {
@@ -121,13 +125,15 @@ torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const 
 void FastAttentionImpl::PrepareForDecoding() {
   torch::NoGradGuard no_grad;
   const double c = std::pow(static_cast<double>(config_.dim_heads), -0.25);
-  scaled_projection_t_ = (projection_matrix_ * c).t().contiguous();
+  scaled_projection_ = (projection_matrix_ * c).contiguous();
+  scaled_projection_t_ = scaled_projection_.t().contiguous();
 }
 
 void FastAttentionImpl::RedrawProjectionMatrix() {
   torch::NoGradGuard no_grad;
   projection_matrix_.copy_(
       GaussianOrthogonalRandomMatrix(nb_features_, config_.dim_heads, config_.ortho_scaling));
+  scaled_projection_ = torch::Tensor();
   scaled_projection_t_ = torch::Tensor();
 }
 
@@ -147,9 +153,7 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   // with e_k in the frame of the running key maximum (rescaled by decay when
   // it grows); the step gets e_q + 1e-4 and e_k, and the factors r and the
   // 1e-4 of every key go into scale / offset / eps.
-  torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(qk, scaled_projection_t_)
-                                                   : ProjectFeatures(qk, projection_matrix_);
-  torch::Tensor diag = SoftmaxKernelDiag(qk).squeeze(-1);
+  auto [u, diag] = SoftmaxInputs(qk);
   const torch::Tensor& state_key_max = state[kStateKeyMax];
   torch::Tensor sums = state[kStateValueSum].view({flat, d + 1});
   if (FusedLinearStateStep(kv) && state_key_max.is_contiguous() &&
@@ -174,6 +178,61 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
                          decay.reshape({flat}), sums, scale, scale * kSoftmaxKernelEps,
                          kCausalDenominatorEps * ratio)
       .view({rows, heads, d});
+}
+
+std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
+    const torch::Tensor& x) const {
+  const int64_t d = x.size(-1);
+  std::vector<int64_t> row_shape = x.sizes().vec();
+  row_shape.pop_back();
+  torch::Tensor rows = x.reshape({-1, d}).contiguous();
+  if (!scaled_projection_.defined() || !kernels::SkinnyLinearSupported(rows, scaled_projection_)) {
+    torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(x, scaled_projection_t_)
+                                                     : ProjectFeatures(x, projection_matrix_);
+    return {u, SoftmaxKernelDiag(x).squeeze(-1)};
+  }
+  std::vector<int64_t> u_shape = row_shape;
+  u_shape.push_back(scaled_projection_.size(0));
+  torch::Tensor u = kernels::SkinnyLinear(rows, scaled_projection_).view(u_shape);
+  const auto c2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  torch::Tensor diag = torch::empty({rows.size(0)}, rows.options());
+  const float* in = rows.data_ptr<float>();
+  float* out = diag.data_ptr<float>();
+  for (int64_t r = 0; r < rows.size(0); ++r) {
+    float squares = 0.0f;
+    for (int64_t i = 0; i < d; ++i) squares += in[r * d + i] * in[r * d + i];
+    out[r] = squares / 2.0f * c2;
+  }
+  return {u, diag.view(row_shape)};
+}
+
+bool FastAttentionImpl::ScanSupported(torch::TensorList state) const {
+  return config_.causal && !state.empty() && kernels::LinearStateScanSupported(state[kStateKv]) &&
+         (feature_map_.kind != FeatureKind::kSoftmax ||
+          (state[kStateKeyMax].is_contiguous() && state[kStateValueSum].is_contiguous()));
+}
+
+torch::Tensor FastAttentionImpl::Scan(const torch::Tensor& qk, const torch::Tensor& v,
+                                      torch::TensorList state) const {
+  TORCH_CHECK(ScanSupported(state), "FastAttention::Scan: no scan for this state");
+  const int64_t c = qk.size(0), t = qk.size(1), heads = qk.size(2) / 2, d = v.size(-1);
+  const int64_t m = feature_dim();
+  torch::Tensor kv = state[kStateKv].view({c * heads, m, d + 1});
+  torch::Tensor values = v.to(torch::kFloat).contiguous();
+  if (feature_map_.kind != FeatureKind::kSoftmax) {
+    torch::Tensor qf = QueryFeatures(qk.narrow(2, 0, heads)).contiguous();
+    torch::Tensor kf = KeyFeatures(qk.narrow(2, heads, heads)).contiguous();
+    return kernels::LinearStateScanNormalized(kv, qf, kf, values, torch::Tensor(), 1.0, 0.0,
+                                              kCausalDenominatorEps)
+        .to(v.scalar_type());
+  }
+  auto [u, diag] = SoftmaxInputs(qk);
+  torch::Tensor key_max = state[kStateKeyMax].view({c * heads});
+  torch::Tensor sums = state[kStateValueSum].view({c * heads, d + 1});
+  return kernels::FavorStateScan(kv, key_max, sums, u.view({c, t, 2, heads, m}),
+                                 diag.view({c, t, 2, heads}), values, kSoftmaxKernelEps,
+                                 kCausalDenominatorEps)
+      .to(v.scalar_type());
 }
 
 torch::Tensor FastAttentionImpl::Summarize(const torch::Tensor& k, const torch::Tensor& v) const {

@@ -86,6 +86,18 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor Step(const torch::Tensor& qk, const torch::Tensor& v,
                      torch::TensorList state) const;
 
+  // The CPU form of Extend, for C sequences of T tokens: qk [C, T, 2h, d]
+  // (query heads, then key heads), v [C, T, h, d], the state rows of the C
+  // sequences ([C, h, ...]) -> [C, T, h, d]. Each token runs exactly the
+  // operations of one Step() (kernels::FavorStateScan,
+  // kernels::LinearStateScanNormalized), softmax-kernel heads with each
+  // token's running key maximum, so a sequence's outputs and state are the
+  // same bits however its tokens are split between scans and steps. Only
+  // where ScanSupported(state).
+  torch::Tensor Scan(const torch::Tensor& qk, const torch::Tensor& v,
+                     torch::TensorList state) const;
+  bool ScanSupported(torch::TensorList state) const;
+
   // Precomputes the projection scaled by the data normaliser for Step.
   void PrepareForDecoding();
 
@@ -116,10 +128,15 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
                                 const torch::Tensor& v, torch::TensorList from,
                                 torch::TensorList to) const;
+  // u = (d^-1/4 x) P^T [.., m] and diag = |x|^2 / (2 sqrt(d)) [..] of the
+  // rows x [.., d], each row by the same operations whatever the others (on
+  // the CPU the skinny product and an in-order sum; tensor ops elsewhere).
+  std::pair<torch::Tensor, torch::Tensor> SoftmaxInputs(const torch::Tensor& x) const;
   FastAttentionConfig config_;
   PerformerFeatureMap feature_map_;
   int64_t nb_features_;
   torch::Tensor projection_matrix_;
+  torch::Tensor scaled_projection_;    // d^-1/4 P, PrepareForDecoding
   torch::Tensor scaled_projection_t_;  // (d^-1/4 P)^T, PrepareForDecoding
 };
 TORCH_MODULE(FastAttention);

@@ -13,9 +13,13 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult, bool glu, double dro
 }
 
 torch::Tensor FeedForwardImpl::Activate(const torch::Tensor& h) const {
-  if (!glu_) return torch::gelu(h);
+  // Inference: each row's GELU the same bits whatever the other rows.
+  auto gelu = [](const torch::Tensor& t) {
+    return torch::GradMode::is_enabled() ? torch::gelu(t) : kernels::GeluRows(t);
+  };
+  if (!glu_) return gelu(h);
   std::vector<torch::Tensor> halves = h.chunk(2, -1);
-  return torch::gelu(halves[0]) * halves[1];
+  return gelu(halves[0]) * halves[1];
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {

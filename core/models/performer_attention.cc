@@ -186,7 +186,7 @@ torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
                                                 const FusedLinearOptions& norm,
                                                 const InterleavedRotary& rotary,
                                                 const torch::Tensor& positions,
-                                                torch::TensorList state) {
+                                                torch::TensorList state, bool chunk) {
   TORCH_CHECK(qkv_weight_.defined(), "PerformerAttention::FusedStep needs PrepareForDecoding");
   const int64_t rows = x.size(0), inner = options_.heads * options_.dim_head;
   FusedLinearOptions project = norm;
@@ -194,7 +194,8 @@ torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
   project.weight_scales = qkv_scales_;
   torch::Tensor qkv =
       FusedLinearRows(x, qkv_weight_, project).view({rows, 3, options_.heads, options_.dim_head});
-  torch::Tensor out = Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
+  torch::Tensor out = chunk ? ExtendMix(qkv, rotary, positions, state)
+                            : Recur(qkv, GlobalQueriesKeys(qkv, rotary), positions, state);
   FusedLinearOptions merge;
   if (options_.attn_out_bias) merge.bias = to_out_->bias;
   merge.residual = x;
@@ -202,27 +203,31 @@ torch::Tensor PerformerAttentionImpl::FusedStep(const torch::Tensor& x,
   return FusedLinearRows(out.reshape({rows, inner}), to_out_->weight, merge);
 }
 
-torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
-                                             const InterleavedRotary& rotary,
-                                             const torch::Tensor& positions,
-                                             torch::TensorList state) {
-  const int64_t count = x.size(0), inner = options_.heads * options_.dim_head;
+torch::Tensor PerformerAttentionImpl::ExtendMix(const torch::Tensor& qkv,
+                                                const InterleavedRotary& rotary,
+                                                const torch::Tensor& positions,
+                                                torch::TensorList state) {
   const int64_t gh = global_heads(), lh = options_.local_heads;
-  torch::Tensor qkv = ProjectQkv(x);
   std::vector<torch::Tensor> outs;
   // [count, heads, d] <-> [1, heads, count, d].
   auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };
   if (gh > 0) {
-    // The global heads take the `count` tokens in one chunkwise prefill from
-    // the state.
     torch::Tensor qk = GlobalQueriesKeys(qkv, rotary);
-    torch::Tensor out =
-        fast_attention_->Extend(heads_first(qk.narrow(1, 0, gh)), heads_first(qk.narrow(1, gh, gh)),
-                                heads_first(qkv.select(1, 2).narrow(1, 0, gh)), FastState(state));
-    outs.push_back(out.squeeze(0).transpose(0, 1));
+    torch::Tensor v = qkv.select(1, 2).narrow(1, 0, gh);
+    if (fast_attention_->ScanSupported(FastState(state))) {
+      // Token by token, as the steps run them (the same bits).
+      outs.push_back(
+          fast_attention_->Scan(qk.unsqueeze(0), v.unsqueeze(0), FastState(state)).squeeze(0));
+    } else {
+      // One chunkwise prefill from the state.
+      torch::Tensor out = fast_attention_->Extend(heads_first(qk.narrow(1, 0, gh)),
+                                                  heads_first(qk.narrow(1, gh, gh)), heads_first(v),
+                                                  FastState(state));
+      outs.push_back(out.squeeze(0).transpose(0, 1));
+    }
   }
   if (lh > 0) {
-    // Local heads: one windowed forward over the chunk and the ring's keys.
+    // Local heads: the chunk against the ring's keys.
     const int64_t start = positions[0].item<int64_t>();
     torch::Tensor out = local_attn_->Extend(heads_first(qkv.select(1, 0).narrow(1, gh, lh)),
                                             heads_first(qkv.select(1, 1).narrow(1, gh, lh)),
@@ -230,7 +235,15 @@ torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
                                             RingKeys(state), RingValues(state));
     outs.push_back(out.squeeze(0).transpose(0, 1));
   }
-  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
+}
+
+torch::Tensor PerformerAttentionImpl::Extend(const torch::Tensor& x,
+                                             const InterleavedRotary& rotary,
+                                             const torch::Tensor& positions,
+                                             torch::TensorList state) {
+  const int64_t count = x.size(0), inner = options_.heads * options_.dim_head;
+  torch::Tensor out = ExtendMix(ProjectQkv(x), rotary, positions, state);
   return LinearRows(to_out_, out.reshape({count, inner}));
 }
 

@@ -77,9 +77,11 @@ class PerformerAttentionImpl : public torch::nn::Module {
   // at positions [C] (only positions[0] is read, by local heads: on the
   // host it costs no device synchronisation, and PerformerLM passes it
   // there), rotary rows [C, dim_head] or undefined; `state` holds
-  // one row. The projections run on all C rows at once; the global heads
-  // continue their state with one chunkwise prefill (FastAttention::Extend),
-  // local heads with one windowed forward (WindowedLocalAttention::Extend). Returns
+  // one row. The projections run on all C rows at once. On the CPU the
+  // heads then feed the tokens in order with the steps' own operations
+  // (FastAttention::Scan, WindowedLocalAttention::Extend), so every token
+  // gets the bits Step() would give it; elsewhere the global heads continue
+  // their state with one chunkwise prefill (FastAttention::Extend). Returns
   // [C, dim].
   torch::Tensor Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                        const torch::Tensor& positions, torch::TensorList state);
@@ -92,11 +94,12 @@ class PerformerAttentionImpl : public torch::nn::Module {
   void PrepareForDecoding(const DecodeStepOptions& options = {});
   // x + Step(norm(x)): Step with `norm` (the norm_* fields of a
   // FusedLinearOptions, or none) fused into the q/k/v projection
-  // and the residual into the output projection (kernels/fused_linear.h).
-  // Needs PrepareForDecoding.
+  // and the residual into the output projection (kernels/fused_linear.h);
+  // with `chunk`, x + Extend(norm(x)) the same way. Needs
+  // PrepareForDecoding.
   torch::Tensor FusedStep(const torch::Tensor& x, const FusedLinearOptions& norm,
                           const InterleavedRotary& rotary, const torch::Tensor& positions,
-                          torch::TensorList state);
+                          torch::TensorList state, bool chunk = false);
 
   // Cross attention: the constant summary of a context [b, m, dim] -> [b, h, m', d + 1].
   torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
@@ -116,6 +119,9 @@ class PerformerAttentionImpl : public torch::nn::Module {
   torch::Tensor ProjectQkv(const torch::Tensor& x);
   // The global heads' queries and keys [B, 2 gh, d], rotated.
   torch::Tensor GlobalQueriesKeys(const torch::Tensor& qkv, const InterleavedRotary& rotary) const;
+  // The heads of Extend on projected rows qkv [C, 3, h, d] -> [C, h, d].
+  torch::Tensor ExtendMix(const torch::Tensor& qkv, const InterleavedRotary& rotary,
+                          const torch::Tensor& positions, torch::TensorList state);
   // One position per row against `state` -> [B, h, d] (before to_out).
   torch::Tensor Recur(const torch::Tensor& qkv, const torch::Tensor& qk,
                       const torch::Tensor& positions, torch::TensorList state);

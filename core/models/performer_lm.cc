@@ -70,6 +70,10 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens,
   }
   x = performer_->Step(x, rotary, positions, state);
   positions.add_(1);
+  return StepHead(x);
+}
+
+torch::Tensor PerformerLMImpl::StepHead(const torch::Tensor& x) {
   if (step_head_weight_.defined()) {
     FusedLinearOptions head;
     head.norm_weight = norm_->weight;
@@ -79,9 +83,9 @@ torch::Tensor PerformerLMImpl::Step(const torch::Tensor& tokens,
     head.weight_scales = step_head_scales_;
     return FusedLinearRows(x, step_head_weight_, head);
   }
-  x = norm_(x);
-  return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
-                           : LinearRows(to_out_, x);
+  torch::Tensor h = norm_(x);
+  return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), h)
+                           : LinearRows(to_out_, h);
 }
 
 torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens,
@@ -104,10 +108,7 @@ torch::Tensor PerformerLMImpl::Extend(const torch::Tensor& tokens,
   }
   x = performer_->Extend(x, rotary, host_positions, state);
   state_positions.add_(count);
-  x = norm_(x.narrow(0, count - 1, 1));
-  torch::Tensor logits = config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), x)
-                                           : LinearRows(to_out_, x);
-  return logits[0];
+  return StepHead(x.narrow(0, count - 1, 1).contiguous())[0];
 }
 
 void PerformerLMImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

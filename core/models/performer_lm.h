@@ -56,9 +56,11 @@ class PerformerLMImpl : public torch::nn::Module {
   torch::Tensor Step(const torch::Tensor& tokens, const std::vector<SlotRows>& state);
 
   // Chunked prefill: feeds tokens [C] int64 to the ONE sequence of `state`
-  // (one row, already prefilled) at its next C positions and returns the
-  // logits [num_tokens] after the last. The same recurrence as C Steps, with
-  // the projections and feed-forwards run on all C positions at once.
+  // (one row; a reset row is an empty sequence) at its next C positions and
+  // returns the logits [num_tokens] after the last. The same recurrence as
+  // C Steps, with the projections and feed-forwards run on all C positions
+  // at once; on the CPU each token's logits and the state after it are the
+  // bits C Steps give, however the tokens are split between calls.
   // `start`: the sequence's position (state.positions) when the caller keeps
   // it on the host, so that local heads, which need it as a number, do not
   // read it back from the device (a synchronisation on a GPU); without it,
@@ -93,6 +95,9 @@ class PerformerLMImpl : public torch::nn::Module {
   void TieTokenEmbedding(const torch::nn::Embedding& other);
 
  private:
+  // The final norm and the output projection of rows x [B, dim], as Step
+  // runs them (fused with compact weights).
+  torch::Tensor StepHead(const torch::Tensor& x);
   torch::Tensor Logits(const torch::Tensor& encodings);
 
   PerformerLMConfig config_;

@@ -158,27 +158,37 @@ torch::Tensor PerformerStackImpl::Incremental(BranchCall call, const torch::Tens
   return config_.reversible ? x1 + x2 : x1;
 }
 
-torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
-                                       const torch::Tensor& positions,
-                                       const std::vector<SlotRows>& state) {
-  if (!fused_step_) return Incremental(&BranchImpl::Step, x, rotary, positions, state);
+torch::Tensor PerformerStackImpl::FusedLayers(const torch::Tensor& x,
+                                              const InterleavedRotary& rotary,
+                                              const torch::Tensor& positions,
+                                              const std::vector<SlotRows>& state, bool chunk) {
   CheckState(state);
+  const BranchCall separate = chunk ? &BranchImpl::Extend : &BranchImpl::Step;
   torch::Tensor h = x;
   for (size_t i = 0; i < pairs_.size(); ++i) {
     for (int side = 0; side < 2; ++side) {
       BranchImpl& branch = side == 0 ? *pairs_[i].first : *pairs_[i].second;
       const std::vector<torch::Tensor>& s = state[2 * i + side].tensors;
-      h = branch.fuses_step() ? branch.StepWithResidual(h, rotary, positions, s)
-                              : h + branch.Step(h, rotary, positions, s);
+      h = branch.fuses_step() ? branch.StepWithResidual(h, rotary, positions, s, chunk)
+                              : h + (branch.*separate)(h, rotary, positions, s);
     }
   }
   return h;
 }
 
+torch::Tensor PerformerStackImpl::Step(const torch::Tensor& x, const InterleavedRotary& rotary,
+                                       const torch::Tensor& positions,
+                                       const std::vector<SlotRows>& state) {
+  if (!fused_step_) return Incremental(&BranchImpl::Step, x, rotary, positions, state);
+  return FusedLayers(x, rotary, positions, state, /*chunk=*/false);
+}
+
 torch::Tensor PerformerStackImpl::Extend(const torch::Tensor& x, const InterleavedRotary& rotary,
                                          const torch::Tensor& positions,
                                          const std::vector<SlotRows>& state) {
-  return Incremental(&BranchImpl::Extend, x, rotary, positions, state);
+  // The same wiring as Step, so that a chunk's rows get the steps' bits.
+  if (!fused_step_) return Incremental(&BranchImpl::Extend, x, rotary, positions, state);
+  return FusedLayers(x, rotary, positions, state, /*chunk=*/true);
 }
 
 void PerformerStackImpl::InitCross(const torch::Tensor& context, const torch::Tensor& context_mask,

@@ -73,6 +73,10 @@ class PerformerStackImpl : public torch::nn::Module {
   torch::Tensor Incremental(BranchCall call, const torch::Tensor& x,
                             const InterleavedRotary& rotary, const torch::Tensor& positions,
                             const std::vector<SlotRows>& state);
+  // The fused wiring of Step (chunk false) and Extend (chunk true).
+  torch::Tensor FusedLayers(const torch::Tensor& x, const InterleavedRotary& rotary,
+                            const torch::Tensor& positions, const std::vector<SlotRows>& state,
+                            bool chunk);
   // Checks that `state` has one entry per branch.
   void CheckState(const std::vector<SlotRows>& state) const;
   PerformerLMConfig config_;

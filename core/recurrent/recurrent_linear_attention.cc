@@ -5,6 +5,7 @@
 #include "core/feature_maps/feature_map_catalogue.h"
 #include "core/recurrent/linear_state.h"
 #include "core/registry/param_spec.h"
+#include "kernels/linear_state_step.h"
 
 namespace performer {
 namespace {
@@ -127,10 +128,24 @@ torch::Tensor RecurrentLinearAttentionImpl::ForwardSlots(const torch::Tensor& qu
   // [N, n, H, *] -> [N, H, n, *]
   torch::Tensor phi_q = feature_map_->forward_queries(queries).transpose(1, 2);
   torch::Tensor phi_k = feature_map_->forward_keys(keys).transpose(1, 2);
-  LinearStateAdvance result = AdvanceLinearState(phi_q.contiguous(), phi_k.contiguous(),
-                                                 values.transpose(1, 2).contiguous(), state);
-  state.copy_(result.final_state);
-  torch::Tensor out = result.out.narrow(-1, 0, d) / (result.out.narrow(-1, d, 1) + eps_);
+  torch::Tensor numerator;
+  if (kernels::LinearStateScanSupported(state)) {
+    // Token by token (a prompt runs the steps' operations: the same bits).
+    const int64_t rows = state.size(0) * state.size(1);
+    torch::Tensor flat = state.view({rows, state.size(2), state.size(3)});
+    auto by_state = [&](const torch::Tensor& t) {
+      return t.contiguous().view({rows, t.size(2), t.size(3)});
+    };
+    numerator = kernels::LinearStateScan(flat, by_state(phi_q), by_state(phi_k),
+                                         by_state(values.transpose(1, 2)))
+                    .view({state.size(0), state.size(1), phi_q.size(2), d + 1});
+  } else {
+    LinearStateAdvance result = AdvanceLinearState(phi_q.contiguous(), phi_k.contiguous(),
+                                                   values.transpose(1, 2).contiguous(), state);
+    state.copy_(result.final_state);
+    numerator = result.out;
+  }
+  torch::Tensor out = numerator.narrow(-1, 0, d) / (numerator.narrow(-1, d, 1) + eps_);
   return out.transpose(1, 2).to(values.scalar_type());
 }
 

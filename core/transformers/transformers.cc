@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/attention/linear_rows.h"
+#include "kernels/fused_linear.h"
 
 namespace performer {
 
@@ -18,7 +19,9 @@ const char* ActivationName(Activation activation) {
 
 torch::Tensor ApplyActivation(Activation activation, const torch::Tensor& x) {
   // torch::gelu defaults to the exact erf form, like torch.nn.functional.gelu.
-  return activation == Activation::kRelu ? torch::relu(x) : torch::gelu(x);
+  // Inference: each row's GELU the same bits whatever the other rows.
+  if (activation == Activation::kRelu) return torch::relu(x);
+  return torch::GradMode::is_enabled() ? torch::gelu(x) : kernels::GeluRows(x);
 }
 
 Mask DefaultAttentionMask(int64_t l, int64_t s, torch::Device device) {

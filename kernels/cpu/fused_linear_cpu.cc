@@ -72,9 +72,9 @@ torch::Tensor StreamedCompactLinear(const torch::Tensor& x, const torch::Tensor&
     LinearInt8(h, weight.data_ptr<int8_t>(), o.weight_scales.data_ptr<float>(), bias,
                y.data_ptr<float>(), rows, in, out);
   }
-  // The GELU is ATen's (vectorized); the residual add, exact whichever way,
+  // The GELU is ATen's, row by row; the residual add, exact whichever way,
   // a plain loop.
-  if (o.activation == FusedActivation::kGelu) y = at::gelu(y);
+  if (o.activation == FusedActivation::kGelu) y = GeluRows(y);
   float* yp = y.data_ptr<float>();
   if (o.residual.defined()) {
     const float* residual = o.residual.data_ptr<float>();
@@ -84,6 +84,24 @@ torch::Tensor StreamedCompactLinear(const torch::Tensor& x, const torch::Tensor&
 }
 
 }  // namespace
+
+torch::Tensor GeluRows(const torch::Tensor& x) {
+  torch::Tensor rows = x.contiguous().view({-1, x.size(-1)});
+  torch::Tensor y = torch::empty_like(rows);
+  const int64_t count = rows.size(0), cols = rows.size(1);
+  // One call per block of whole rows, each small enough that ATen does not
+  // split it between threads, on this thread (its inference mode): ATen's
+  // vectorised GELU computes a range's last cols % 32 elements with another
+  // erf, so a row with such a tail gets a call of its own, and each element
+  // takes one path whatever the other rows.
+  const int64_t block =
+      cols % 64 == 0 ? std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1)) : 1;
+  for (int64_t begin = 0; begin < count; begin += block) {
+    const int64_t n = std::min(block, count - begin);
+    y.narrow(0, begin, n).copy_(at::gelu(rows.narrow(0, begin, n)));
+  }
+  return y.view(x.sizes());
+}
 
 torch::Tensor FusedLinearForward(const torch::Tensor& x, const torch::Tensor& weight,
                                  const FusedLinearOptions& o) {
@@ -96,7 +114,7 @@ torch::Tensor FusedLinearForward(const torch::Tensor& x, const torch::Tensor& we
     h = at::layer_norm(x, {in}, o.norm_weight, o.norm_bias, o.norm_eps).contiguous();
   }
   torch::Tensor y = SkinnyLinearForward(h, weight, o.bias);
-  if (o.activation == FusedActivation::kGelu) y = at::gelu(y);
+  if (o.activation == FusedActivation::kGelu) y = GeluRows(y);
   if (o.residual.defined()) y.add_(o.residual);
   return y;
 }

@@ -9,6 +9,10 @@
 
 namespace performer::kernels::cpu {
 
+// GELU (erf) of each row of x [..., cols] float32, a row's bits the same
+// whatever the other rows (kernels::GeluRows).
+torch::Tensor GeluRows(const torch::Tensor& x);
+
 torch::Tensor FusedLinearForward(const torch::Tensor& x, const torch::Tensor& weight,
                                  const FusedLinearOptions& options);
 

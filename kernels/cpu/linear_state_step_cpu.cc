@@ -46,7 +46,14 @@ struct StepArgs {
   const StepNormalization* norm;  // may be null
   const FavorFeatures* favor;     // may be null: q, k, decay are then given
   const int64_t* slots;           // may be null (= identity)
+  ScanLayout scan;                // tokens per state and where its rows are
 };
+
+// The row of token t of state s (see ScanLayout); a step (one token, one
+// head) reads row s.
+inline int64_t RowOf(const ScanLayout& l, int64_t s, int64_t t) {
+  return (s / l.heads) * (l.tokens * l.heads) + t * l.token_stride + (s % l.heads) * l.head_stride;
+}
 
 // The FAVOR+ features of row r (see FavorStateStep): e_q + eps into q_out,
 // e_k into k_out; returns the decay and advances the running key maximum of
@@ -77,8 +84,9 @@ PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t en
     q_features.resize(static_cast<size_t>(m));
     k_features.resize(static_cast<size_t>(m));
   }
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t slot = a.slots != nullptr ? a.slots[r] : r;
+  // One row r (a token of state `slot`). Steps and scans run this one body,
+  // so a scan is the same operations as that many steps.
+  auto row_body = [&](int64_t r, int64_t slot) {
     std::copy(a.v + r * e, a.v + (r + 1) * e, v1.begin());
     v1[static_cast<size_t>(e)] = 1.0f;
     float* acc = a.norm != nullptr ? scratch.data() : a.out + r * c;
@@ -100,7 +108,7 @@ PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t en
       UpdateRow<V>(state + f * c, v1.data(), acc, decay, k[f], q[f], c);
       q_sum += q[f];
     }
-    if (a.norm == nullptr) continue;
+    if (a.norm == nullptr) return;
     const StepNormalization& n = *a.norm;
     float* sums = n.sums != nullptr ? n.sums + slot * c : nullptr;
     if (sums != nullptr) {
@@ -112,6 +120,11 @@ PERFORMER_SIMD_INLINE void StepRows(const StepArgs& a, int64_t begin, int64_t en
     const float denominator = normalised(e) + n.eps * q_sum;
     float* out = a.out + r * e;
     for (int64_t j = 0; j < e; ++j) out[j] = normalised(j) / denominator;
+  };
+  // States [begin, end), each through its tokens in order.
+  for (int64_t s = begin; s < end; ++s) {
+    const int64_t slot = a.slots != nullptr ? a.slots[s] : s;
+    for (int64_t t = 0; t < a.scan.tokens; ++t) row_body(RowOf(a.scan, s, t), slot);
   }
 }
 
@@ -125,13 +138,9 @@ void StepRowsPortable(const StepArgs& a, int64_t begin, int64_t end) {
   StepRows<16>(a, begin, end);
 }
 
-}  // namespace
-
-namespace {
-
 torch::Tensor RunStep(torch::Tensor& state, const float* q, const float* k, const float* v,
                       const float* decay, const StepNormalization* norm, const FavorFeatures* favor,
-                      const int64_t* slots, int64_t rows) {
+                      const int64_t* slots, int64_t rows, const ScanLayout& scan) {
   const int64_t features = state.size(1), columns = state.size(2);
   torch::Tensor out =
       torch::empty({rows, norm != nullptr ? columns - 1 : columns}, state.options());
@@ -145,11 +154,14 @@ torch::Tensor RunStep(torch::Tensor& state, const float* q, const float* k, cons
                 columns,
                 norm,
                 favor,
-                slots};
+                slots,
+                scan};
   // About 64K state elements per task keeps the threads busy without
-  // splitting tiny states.
-  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, features * columns));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  // splitting tiny states; the threads split the states, never a state's
+  // tokens.
+  const int64_t grain =
+      std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, features * columns * scan.tokens));
+  at::parallel_for(0, rows / scan.tokens, grain, [&](int64_t begin, int64_t end) {
 #if PERFORMER_SIMD_HAVE_AVX2
     if (simd::UseAvx2Fma()) {
       StepRowsAvx2(args, begin, end);
@@ -166,17 +178,17 @@ torch::Tensor RunStep(torch::Tensor& state, const float* q, const float* k, cons
 torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
                                      const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& decay, const StepNormalization* norm,
-                                     const int64_t* slots) {
+                                     const int64_t* slots, const ScanLayout& scan) {
   return RunStep(state, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
                  decay.defined() ? decay.data_ptr<float>() : nullptr, norm, nullptr, slots,
-                 q.size(0));
+                 q.numel() / state.size(1), scan);
 }
 
 torch::Tensor FavorStateStepForward(torch::Tensor& state, const torch::Tensor& v,
                                     const StepNormalization& norm, const FavorFeatures& favor,
-                                    const int64_t* slots) {
+                                    const int64_t* slots, const ScanLayout& scan) {
   return RunStep(state, nullptr, nullptr, v.data_ptr<float>(), nullptr, &norm, &favor, slots,
-                 v.size(0));
+                 v.numel() / (state.size(2) - 1), scan);
 }
 
 }  // namespace performer::kernels::cpu

@@ -1,7 +1,7 @@
 // CPU kernel of kernels/linear_state_step.h (inputs already validated and
 // contiguous float32). `slots` (R,) int64, or null for the identity, maps
-// row r of q, k, v, decay and the output to state[slots[r]] (and to
-// sums/key_max[slots[r]]); the slots of one call are distinct.
+// state s (row s of a step) to state[slots[s]] (and to sums/key_max[slots[s]]);
+// the slots of one call are distinct.
 #pragma once
 
 #include <torch/types.h>
@@ -27,15 +27,30 @@ struct FavorFeatures {
   float kernel_eps;
 };
 
+// A scan (kernels/linear_state_step.h): `tokens` tokens of each state, in
+// order. Token t of state s is row
+//   (s / heads) * tokens * heads + t * token_stride + (s % heads) * head_stride
+// of the inputs and the output: token-major [C, T, H] rows with
+// token_stride = heads, head_stride = 1, or state-major [S, T] rows with
+// heads = 1, token_stride = 1. The default is a step: row s.
+struct ScanLayout {
+  int64_t tokens = 1;
+  int64_t heads = 1;
+  int64_t token_stride = 1;
+  int64_t head_stride = 0;
+};
+
 torch::Tensor FavorStateStepForward(torch::Tensor& state, const torch::Tensor& v,
                                     const StepNormalization& norm, const FavorFeatures& favor,
-                                    const int64_t* slots = nullptr);
+                                    const int64_t* slots = nullptr,
+                                    const ScanLayout& scan = {});
 
 // Without `norm`: (R, E + 1) = q . S; with it: the normalised (R, E).
 torch::Tensor LinearStateStepForward(torch::Tensor& state, const torch::Tensor& q,
                                      const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& decay,
                                      const StepNormalization* norm = nullptr,
-                                     const int64_t* slots = nullptr);
+                                     const int64_t* slots = nullptr,
+                                     const ScanLayout& scan = {});
 
 }  // namespace performer::kernels::cpu

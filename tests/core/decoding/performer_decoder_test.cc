@@ -39,10 +39,15 @@ struct Variant {
 
 class RecurrentVsFullForward : public ::testing::TestWithParam<Variant> {};
 
-// Steps 30 tokens and compares each step's logits with a full forward over the
-// whole sequence so far. Generalized-kernel models are exactly incremental;
-// softmax-kernel ones keep cached lower-layer outputs when the key stabiliser
-// grows (docs/reference/performer-pytorch.md §9.1).
+// Prefills a prompt, steps 30 tokens and compares each logits with a full
+// forward over the whole sequence so far. Generalized-kernel models are
+// exactly incremental. Softmax-kernel ones are not: the reference's key
+// stabiliser is the maximum over the whole sequence, future tokens included,
+// while the decoder (prompts too, on the CPU) frames each token's key sums
+// with the running maximum up to it, so that a token's logits never depend
+// on what follows (docs/reference/performer-pytorch.md §9.1); with this
+// tiny model's 1e-4 kernel epsilon against few features the two differ by
+// up to a few 1e-2.
 TEST_P(RecurrentVsFullForward, StepLogitsMatch) {
   PerformerLMConfig config = TinyLMConfig();
   GetParam().apply(config);
@@ -53,7 +58,7 @@ TEST_P(RecurrentVsFullForward, StepLogitsMatch) {
   SequenceId id = *decoder->Create();
   absl::StatusOr<torch::Tensor> logits = decoder->Prefill(id, {seq, {}, {}});
   ASSERT_TRUE(logits.ok()) << logits.status();
-  EXPECT_TENSOR_CLOSE(*logits, FullForwardLast(*decoder, lm, seq), 1e-5, 1e-5);
+  EXPECT_TENSOR_CLOSE(*logits, FullForwardLast(*decoder, lm, seq), GetParam().atol, 1e-4);
   for (int step = 0; step < 30; ++step) {
     const int64_t next = (step * 7 + 2) % config.num_tokens;
     seq.push_back(next);
@@ -174,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, RecurrentVsFullForward,
     ::testing::Values(Variant{"generalized",
                               [](PerformerLMConfig& c) { c.generalized_attention = true; }, 2e-5},
-                      Variant{"softmax", [](PerformerLMConfig&) {}, 1e-3},
+                      Variant{"softmax", [](PerformerLMConfig&) {}, 5e-2},
                       Variant{"local_heads",
                               [](PerformerLMConfig& c) {
                                 c.generalized_attention = true;
@@ -423,7 +428,10 @@ TEST(PerformerDecoderTest, TensorOpStepMatchesFusedKernelStep) {
       torch::Tensor y = (*tensor_ops->Step({b}, {token}))[0];
       EXPECT_EQ(y.scalar_type(), torch::kDouble);
       SCOPED_TRACE("step " + std::to_string(step));
-      EXPECT_TENSOR_CLOSE(x, y.to(torch::kFloat), 2e-4, 1e-4);
+      // float64 has no scan: its prompt runs one chunkwise prefill, whose
+      // softmax-kernel stabiliser is the prompt's maximum, not each token's
+      // running one (FastAttentionImpl::Extend).
+      EXPECT_TENSOR_CLOSE(x, y.to(torch::kFloat), generalized ? 2e-4 : 5e-3, 1e-4);
     }
   }
 }

@@ -1,0 +1,202 @@
+// A token's logits and the state after it are the same bits however its
+// sequence was fed (one prompt, prompt chunks of any size, steps, a restored
+// snapshot taken at any token) and whatever shares its batch: on the default
+// model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
+// and fast-transformers' causal linear attention.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/decoding/decoder_factory.h"
+#include "core/models/fast_transformers_lm.h"
+#include "core/models/model_folder.h"
+#include "tests/core/models/model_test_util.h"
+#include "tests/testing/fixtures.h"
+
+namespace performer::decoding {
+namespace {
+
+struct Case {
+  std::string name;
+  std::function<models::LoadedModel()> model;
+  models::WeightDtype dtype = models::WeightDtype::kFloat32;
+};
+
+std::unique_ptr<SequenceDecoder> MakeDecoder(const Case& c, int64_t capacity) {
+  models::DecodeStepOptions step;
+  step.weight_dtype = c.dtype;
+  absl::StatusOr<std::unique_ptr<SequenceDecoder>> d = CreateDecoder(c.model(), capacity, step);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return *std::move(d);
+}
+
+// A prompt of `length` tokens (not a multiple of anything in particular).
+std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t seed) {
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < length; ++i) tokens.push_back((i * 37 + seed * 11 + 5) % vocab);
+  return tokens;
+}
+
+// Feeds `prompt` in chunks of `chunk` (the first through Prefill), then
+// `steps` greedy steps; returns every logits row after the prompt.
+std::vector<torch::Tensor> Feed(SequenceDecoder& decoder, const std::vector<int64_t>& prompt,
+                                size_t chunk, int steps) {
+  SequenceId id = *decoder.Create();
+  const size_t first = std::min(chunk, prompt.size());
+  absl::StatusOr<torch::Tensor> logits =
+      decoder.Prefill(id, {{prompt.begin(), prompt.begin() + static_cast<int64_t>(first)}, {}, {}});
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  for (size_t done = first; done < prompt.size(); done += chunk) {
+    const size_t end = std::min(prompt.size(), done + chunk);
+    logits = decoder.Extend(id, {prompt.begin() + static_cast<int64_t>(done),
+                                 prompt.begin() + static_cast<int64_t>(end)});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+  }
+  std::vector<torch::Tensor> out = {logits->clone()};
+  for (int s = 0; s < steps; ++s) {
+    const int64_t next = out.back().argmax().item<int64_t>();
+    absl::StatusOr<torch::Tensor> step = decoder.Step({id}, {next});
+    EXPECT_TRUE(step.ok()) << step.status();
+    out.push_back((*step)[0].clone());
+  }
+  EXPECT_TRUE(decoder.Release(id).ok());
+  return out;
+}
+
+void ExpectSameBits(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                    const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i]))
+        << what << ": logits " << i << " differ by " << (a[i] - b[i]).abs().max().item<float>();
+  }
+}
+
+class SameBitsTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SameBitsTest, ChunkingDoesNotChangeABit) {
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), 2);
+  const std::vector<int64_t> prompt = Prompt(150, decoder->info().vocab_size, 1);
+  const std::vector<torch::Tensor> whole = Feed(*decoder, prompt, prompt.size(), 6);
+  for (size_t chunk : {1, 7, 16, 64, 100, 149}) {
+    ExpectSameBits(Feed(*decoder, prompt, chunk, 6), whole, "chunks of " + std::to_string(chunk));
+  }
+}
+
+TEST_P(SameBitsTest, BatchCompanionsDoNotChangeABit) {
+  constexpr int kRows = 32;
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), kRows + 1);
+  const int64_t vocab = decoder->info().vocab_size;
+  std::vector<SequenceId> ids;
+  std::vector<int64_t> next;
+  for (int r = 0; r < kRows; ++r) {
+    ids.push_back(*decoder->Create());
+    absl::StatusOr<torch::Tensor> logits =
+        decoder->Prefill(ids.back(), {Prompt(5 + r, vocab, r), {}, {}});
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    next.push_back(logits->argmax().item<int64_t>());
+  }
+  std::vector<torch::Tensor> together;
+  for (int s = 0; s < 4; ++s) {
+    absl::StatusOr<torch::Tensor> logits = decoder->Step(ids, next);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    together.push_back(logits->select(0, 7).clone());
+    for (int r = 0; r < kRows; ++r) next[r] = (*logits)[r].argmax().item<int64_t>();
+  }
+  std::unique_ptr<SequenceDecoder> alone = MakeDecoder(GetParam(), 1);
+  ExpectSameBits(
+      Feed(*alone, Prompt(5 + 7, vocab, 7), 64, 4),
+      [&] {
+        std::vector<torch::Tensor> rows;
+        SequenceId id = *decoder->Create();
+        rows.push_back(decoder->Prefill(id, {Prompt(5 + 7, vocab, 7), {}, {}})->clone());
+        rows.insert(rows.end(), together.begin(), together.end());
+        return rows;
+      }(),
+      "row 7 of 32 vs alone");
+}
+
+TEST_P(SameBitsTest, ARestoredStateAtAnyTokenContinuesBitForBit) {
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), 2);
+  const std::vector<int64_t> prompt = Prompt(101, decoder->info().vocab_size, 3);
+  const std::vector<torch::Tensor> cold = Feed(*decoder, prompt, prompt.size(), 4);
+  // A snapshot after 37 tokens, restored into a fresh sequence, then the rest
+  // of the prompt as one chunk.
+  SequenceId first = *decoder->Create();
+  ASSERT_TRUE(decoder->Prefill(first, {{prompt.begin(), prompt.begin() + 37}, {}, {}}).ok());
+  absl::StatusOr<StateSnapshot> snapshot = decoder->Snapshot(first);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_TRUE(decoder->Release(first).ok());
+  SequenceId resumed = *decoder->Create();
+  ASSERT_TRUE(decoder->Restore(resumed, *snapshot).ok());
+  absl::StatusOr<torch::Tensor> logits =
+      decoder->Extend(resumed, {prompt.begin() + 37, prompt.end()});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  std::vector<torch::Tensor> warm = {logits->clone()};
+  for (int s = 0; s < 4; ++s) {
+    absl::StatusOr<torch::Tensor> step =
+        decoder->Step({resumed}, {warm.back().argmax().item<int64_t>()});
+    ASSERT_TRUE(step.ok()) << step.status();
+    warm.push_back((*step)[0].clone());
+  }
+  ExpectSameBits(warm, cold, "resumed at token 37");
+}
+
+models::LoadedModel DefaultModel() {
+  absl::StatusOr<models::LoadedModel> model =
+      models::LoadModelFolder(testing::RepositoryModelsRoot() + "/performer-fortunes");
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *model;
+}
+
+models::LoadedModel FavorLM() {
+  models::PerformerLMConfig config = models::testing::TinyLMConfig();
+  config.max_seq_len = 256;
+  config.nb_features = 16;
+  config.heads = 4;
+  config.local_attn_heads = {1, 0};
+  config.local_window_size = 8;
+  config.rotary_position_emb = true;
+  return models::testing::RandomLM(config, 5);
+}
+
+models::LoadedModel FastTransformersLinearLM() {
+  nlohmann::json config = {{"model_class", "FastTransformersLM"},
+                           {"num_tokens", 29},
+                           {"max_seq_len", 256},
+                           {"encoder",
+                            {{"attention_type", "causal-linear"},
+                             {"n_layers", 2},
+                             {"n_heads", 2},
+                             {"query_dimensions", 8},
+                             {"value_dimensions", 8},
+                             {"feed_forward_dimensions", 32},
+                             {"activation", "gelu"}}}};
+  torch::manual_seed(9);
+  absl::StatusOr<models::FastTransformersLMConfig> parsed =
+      models::ParseFastTransformersLMConfig(config);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<models::FastTransformersLM> lm = models::FastTransformersLMImpl::Create(*parsed);
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  (*lm)->eval();
+  models::LoadedModel loaded;
+  loaded.model_class = models::ModelClass::kFastTransformersLM;
+  loaded.config = config;
+  loaded.ftlm = *lm;
+  return loaded;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, SameBitsTest,
+    ::testing::Values(Case{"default_model", DefaultModel}, Case{"favor_fp32", FavorLM},
+                      Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16},
+                      Case{"favor_int8", FavorLM, models::WeightDtype::kInt8},
+                      Case{"fast_transformers_linear", FastTransformersLinearLM}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace performer::decoding
