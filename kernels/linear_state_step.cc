@@ -86,6 +86,23 @@ const int64_t* SlotPointer(const torch::Tensor& slots) {
   return slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
 }
 
+// The CPU FAVOR+ step or scan: q' = r (e_q + eps), k' = r (e_k + eps) with
+// r = M^-1/2 folded into the normalisation (see FavorStateStep).
+torch::Tensor FavorCpu(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                       const torch::Tensor& projections, const torch::Tensor& diag,
+                       const torch::Tensor& v, int64_t heads, double kernel_eps,
+                       double denominator_eps, const int64_t* slots,
+                       const cpu::ScanLayout& layout) {
+  const double ratio = 1.0 / std::sqrt(static_cast<double>(state.size(1)));
+  torch::Tensor u = F32(projections), d = F32(diag);
+  cpu::FavorFeatures favor{u.data_ptr<float>(), d.data_ptr<float>(), key_max.data_ptr<float>(),
+                           heads, static_cast<float>(kernel_eps)};
+  cpu::StepNormalization norm{sums.data_ptr<float>(), static_cast<float>(ratio * ratio),
+                              static_cast<float>(ratio * ratio * kernel_eps),
+                              static_cast<float>(denominator_eps * ratio)};
+  return cpu::FavorStateStepForward(state, F32(v), norm, favor, slots, layout);
+}
+
 }  // namespace
 
 torch::Tensor LinearStateStep(torch::Tensor& state, const torch::Tensor& q, const torch::Tensor& k,
@@ -158,14 +175,8 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
                                     denominator_eps, slots);
   }
 #endif
-  const double ratio = 1.0 / std::sqrt(static_cast<double>(features));
-  torch::Tensor u = F32(projections), d = F32(diag);
-  cpu::FavorFeatures favor{u.data_ptr<float>(), d.data_ptr<float>(), key_max.data_ptr<float>(),
-                           heads, static_cast<float>(kernel_eps)};
-  cpu::StepNormalization norm{sums.data_ptr<float>(), static_cast<float>(ratio * ratio),
-                              static_cast<float>(ratio * ratio * kernel_eps),
-                              static_cast<float>(denominator_eps * ratio)};
-  return cpu::FavorStateStepForward(state, F32(v), norm, favor, SlotPointer(slots));
+  return FavorCpu(state, key_max, sums, projections, diag, v, heads, kernel_eps, denominator_eps,
+                  SlotPointer(slots), {});
 }
 
 bool LinearStateScanSupported(const torch::Tensor& state) {
@@ -256,14 +267,8 @@ torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch
                 "FavorStateScan: key_max and sums must be contiguous float32");
   }
   if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
-  const double ratio = 1.0 / std::sqrt(static_cast<double>(m));
-  torch::Tensor u = F32(projections), d = F32(diag);
-  cpu::FavorFeatures favor{u.data_ptr<float>(), d.data_ptr<float>(), key_max.data_ptr<float>(),
-                           heads, static_cast<float>(kernel_eps)};
-  cpu::StepNormalization norm{sums.data_ptr<float>(), static_cast<float>(ratio * ratio),
-                              static_cast<float>(ratio * ratio * kernel_eps),
-                              static_cast<float>(denominator_eps * ratio)};
-  return cpu::FavorStateStepForward(state, F32(v), norm, favor, nullptr, TokenMajor(tokens, heads))
+  return FavorCpu(state, key_max, sums, projections, diag, v, heads, kernel_eps, denominator_eps,
+                  nullptr, TokenMajor(tokens, heads))
       .view({c, tokens, heads, e});
 }
 
