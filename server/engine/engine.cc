@@ -392,9 +392,33 @@ void Engine::Retire(ScheduledSequence& s) {
     }
     sessions_->End(SessionKey(s.request.owner, s.request.session_id), std::move(updated),
                    absl::Now());
+  } else {
+    CacheGenerationEnd(s);
   }
   runner_->Release(s);
   output_->Finish(s);
+}
+
+void Engine::CacheGenerationEnd(ScheduledSequence& s) {
+  // A request from the start that ended well after its whole prompt: the
+  // state holds every token it saw but the last one emitted, which is what
+  // the next turn of a conversation resending its history starts with.
+  if (!prefix_cache_->enabled() || !s.has_slot || s.prefilling() || s.generated == 0 ||
+      s.finish == FinishReason::kError || s.output == nullptr || !s.history.empty() ||
+      s.pending_tokens != 0) {
+    return;
+  }
+  std::vector<int64_t> fed = s.output->context;
+  fed.pop_back();
+  const std::string& scope = PrefixScope(s);
+  if (fed.size() <= s.request.prompt.size() || !prefix_cache_->Wants(fed, fed.size(), scope)) {
+    return;
+  }
+  absl::StatusOr<StateSnapshot> state = runner_->Snapshot(s);
+  if (!state.ok() || state->position != static_cast<int64_t>(fed.size())) return;
+  prefix_cache_->Insert(fed, fed.size(),
+                        options_.prefix_cache.on_device ? *std::move(state) : state->OnHost(),
+                        torch::Tensor(), scope);
 }
 
 class Engine::Iteration {

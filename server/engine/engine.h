@@ -188,6 +188,9 @@ class Engine {
   // request ended well after its prompt), its slot is freed, its stream
   // hears of the end.
   void Retire(ScheduledSequence& sequence);
+  // Leaves the state after a finished request's prompt and reply (all but
+  // its last token) in the prefix cache.
+  void CacheGenerationEnd(ScheduledSequence& sequence);
   // Whether this engine's model can reuse states (decoder-only).
   bool ReusesStates() const;
   // The prefix cache's scope of a sequence's prompt: its caller's, unless

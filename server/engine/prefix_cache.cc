@@ -21,7 +21,13 @@ uint64_t PrefixStateCache::KeyOf(const std::string& scope, const std::vector<int
 PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::string& scope,
                                                              const std::vector<int64_t>& prompt,
                                                              size_t length) {
-  auto [begin, end] = index_.equal_range(KeyOf(scope, prompt, length));
+  return FindLocked(scope, prompt, length, KeyOf(scope, prompt, length));
+}
+
+PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::string& scope,
+                                                             const std::vector<int64_t>& prompt,
+                                                             size_t length, uint64_t key) {
+  auto [begin, end] = index_.equal_range(key);
   for (auto it = begin; it != end; ++it) {
     const std::vector<int64_t>& tokens = it->second->tokens;
     if (it->second->scope == scope && tokens.size() == length &&
@@ -35,24 +41,25 @@ PrefixStateCache::Lru::iterator PrefixStateCache::FindLocked(const std::string& 
 std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& prompt,
                                                   const std::string& scope) {
   if (!enabled() || prompt.empty()) return std::nullopt;
+  // The key of every prefix length, in one pass (the hash is incremental).
+  std::vector<uint64_t> keys(prompt.size() + 1);
+  keys[0] = decoding::Fnv1a64(scope);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    keys[i + 1] = decoding::Fnv1a64(
+        std::string_view(reinterpret_cast<const char*>(&prompt[i]), sizeof(int64_t)), keys[i]);
+  }
   absl::MutexLock lock(&mu_);
   ++stats_.queries;
-  // The whole prompt (an end entry, which has logits), then the longest
-  // interval prefix that leaves at least one token to feed.
-  auto use = [&](Lru::iterator it) {
-    mu_.AssertHeld();
+  // The longest cached prefix, at any token: the whole prompt if its entry
+  // has the logits after it, else any shorter entry, which leaves at least
+  // one token to feed.
+  for (size_t length = prompt.size(); length > 0; --length) {
+    auto it = FindLocked(scope, prompt, length, keys[length]);
+    if (it == lru_.end() || (length == prompt.size() && !it->logits.defined())) continue;
     lru_.splice(lru_.begin(), lru_, it);
     ++stats_.hits;
-    stats_.cached_tokens += static_cast<int64_t>(it->tokens.size());
-    return PrefixHit{it->tokens.size(), it->state, it->logits};
-  };
-  if (auto it = FindLocked(scope, prompt, prompt.size());
-      it != lru_.end() && it->logits.defined()) {
-    return use(it);
-  }
-  const size_t interval = static_cast<size_t>(options_.interval_tokens);
-  for (size_t length = (prompt.size() - 1) / interval * interval; length > 0; length -= interval) {
-    if (auto it = FindLocked(scope, prompt, length); it != lru_.end()) return use(it);
+    stats_.cached_tokens += static_cast<int64_t>(length);
+    return PrefixHit{length, it->state, length == prompt.size() ? it->logits : torch::Tensor()};
   }
   return std::nullopt;
 }

@@ -6,17 +6,16 @@
 // Entries, keyed by their exact token prefix:
 //   * the end of every prompt, with the logits after its last token: a
 //     later identical prompt needs no prefill at all;
-//   * every `interval_tokens` inside a prompt (multiples of it).
+//   * every `interval_tokens` inside a prompt (multiples of it);
+//   * the end of a request's generation (its prompt and the tokens it fed),
+//     without logits: the next turn of a conversation that resends its
+//     history resumes after the reply.
+// A lookup resumes from the longest cached prefix, at any token.
 // Exactness: a resumed request gives the tokens a cold one gives, bit for
-// bit, because it runs the same computation from the same state. The
-// engine prefills a prompt in chunks whose boundaries are multiples of the
-// chunk size counted from the start of the sequence; an interval entry
-// sits on such a boundary (interval_tokens is a multiple of the chunk size)
-// and the chunks after it are the cold run's chunks, and an end entry is
-// used only for the identical prompt. A prompt that extends a cached one
-// therefore resumes from the longest cached interval prefix, not from the
-// other prompt's end (which a cold run passes in the middle of a chunk).
-//
+// bit, because a token's logits and the state after it do not depend on
+// how its sequence was fed (prompt chunks of any size, steps, a restored
+// state: docs/serving.md, the decoder's contract on the CPU).
+
 // Scopes: every entry belongs to a scope (the engine's is the caller, when
 // bearer tokens name callers), and a lookup sees only its own scope's
 // entries, so that a hit cannot tell one caller what another sent. The
@@ -59,7 +58,8 @@ class PrefixStateCache {
   bool enabled() const { return options_.max_bytes > 0; }
 
   // The longest usable cached prefix of `prompt` in `scope` (counted as a
-  // query).
+  // query): the whole prompt when its entry has logits, else the longest
+  // shorter one.
   std::optional<PrefixHit> Lookup(const std::vector<int64_t>& prompt,
                                   const std::string& scope = "");
 
@@ -92,6 +92,9 @@ class PrefixStateCache {
                         size_t length);
   Lru::iterator FindLocked(const std::string& scope, const std::vector<int64_t>& prompt,
                            size_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same with the key of prompt[0, length) already computed.
+  Lru::iterator FindLocked(const std::string& scope, const std::vector<int64_t>& prompt,
+                           size_t length, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(Lru::iterator entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

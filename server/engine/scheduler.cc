@@ -63,6 +63,11 @@ absl::Status Scheduler::Submit(std::unique_ptr<ScheduledSequence> sequence) {
   return absl::OkStatus();
 }
 
+size_t Scheduler::ChunkEnd(const ScheduledSequence& s) const {
+  const auto chunk = static_cast<size_t>(options_.prefill_chunk_tokens);
+  return std::min(s.request.prompt.size(), (s.prompt_fed / chunk + 1) * chunk);
+}
+
 absl::Status Scheduler::CheckCallerShareLocked(const std::string& owner) const {
   if (owner.empty() || options_.max_queued_per_caller <= 0) return absl::OkStatus();
   const int64_t running_bound =
@@ -180,9 +185,7 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
   };
   for (auto& s : running_) {
     if (s->finished() || !s->prefilling()) continue;
-    const size_t end =
-        std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
-    if (!add({s.get(), s->prompt_fed, end, /*first=*/false})) break;
+    if (!add({s.get(), s->prompt_fed, ChunkEnd(*s), /*first=*/false})) break;
   }
   // 3. New sequences into the free slots, in queue order, skipping those
   //    of a caller that holds its share of the slots already.
@@ -199,9 +202,7 @@ IterationPlan Scheduler::Schedule(absl::Time now) {
       ++it;
       continue;
     }
-    const size_t end =
-        std::min(s->request.prompt.size(), s->prompt_fed + static_cast<size_t>(chunk_tokens));
-    if (!add({s, s->prompt_fed, end, /*first=*/true})) break;
+    if (!add({s, s->prompt_fed, ChunkEnd(*s), /*first=*/true})) break;
     s->admitted = now;
     ++held[owner];
     running_.push_back(std::move(it->second));

@@ -215,6 +215,11 @@ class Scheduler {
   void NoteIterationEnd(absl::Time when);
 
  private:
+  // Where the next prefill chunk of `sequence` ends: at the next multiple of
+  // the chunk size (counted from the sequence's start, so that a resumed
+  // prompt's chunks still end on the prefix cache's interval boundaries),
+  // or the prompt's end.
+  size_t ChunkEnd(const ScheduledSequence& sequence) const;
   void NoteRetiredLocked(const ScheduledSequence& sequence, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The conditions the engine thread and WaitIdle wait for.

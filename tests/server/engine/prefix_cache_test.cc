@@ -74,7 +74,7 @@ TEST(PrefixCacheTest, WantsIntervalBoundariesAndPromptEnds) {
   EXPECT_EQ(cache.Stats().entries, 1);
 }
 
-TEST(PrefixCacheTest, APromptResumesFromItsEndOrTheLongestIntervalPrefix) {
+TEST(PrefixCacheTest, APromptResumesFromTheLongestCachedPrefixAtAnyToken) {
   PrefixStateCache cache({1 << 20, 4});
   const std::vector<int64_t> prompt = Tokens(10);
   for (size_t length : {4u, 8u}) cache.Insert(prompt, length, State(length), torch::Tensor());
@@ -94,14 +94,16 @@ TEST(PrefixCacheTest, APromptResumesFromItsEndOrTheLongestIntervalPrefix) {
   EXPECT_EQ(same->logits.device(), batch_logits.device());
   EXPECT_EQ(same->logits.storage().nbytes(), 3 * sizeof(float));
 
-  // A longer prompt: the longest interval prefix, not the other prompt's
-  // end (a cold run passes it inside a chunk).
+  // A longer prompt: the other prompt's end (a token's state does not depend
+  // on how its sequence was fed), without the logits, which are those after
+  // token 10, not after the longer prompt.
   std::vector<int64_t> longer = prompt;
   longer.push_back(3);
   longer.push_back(4);
   std::optional<PrefixHit> extended = cache.Lookup(longer);
   ASSERT_TRUE(extended.has_value());
-  EXPECT_EQ(extended->tokens, 8u);
+  EXPECT_EQ(extended->tokens, 10u);
+  EXPECT_EQ(extended->state->position, 10);
   EXPECT_FALSE(extended->logits.defined());
 
   // Exactly 8 tokens: the interval entry at 8 has no logits and would leave
@@ -119,7 +121,7 @@ TEST(PrefixCacheTest, APromptResumesFromItsEndOrTheLongestIntervalPrefix) {
   const PrefixCacheStats stats = cache.Stats();
   EXPECT_EQ(stats.queries, 4);
   EXPECT_EQ(stats.hits, 3);
-  EXPECT_EQ(stats.cached_tokens, 10 + 8 + 4);
+  EXPECT_EQ(stats.cached_tokens, 10 + 10 + 4);
 }
 
 TEST(PrefixCacheTest, EvictsTheLeastRecentlyUsedUnderTheBudget) {

@@ -106,7 +106,9 @@ TEST_F(StateReuseTest, ARepeatedPromptResumesFromItsEndWithTheColdTokens) {
       EXPECT_EQ(second.summary.prompt_tokens, 70);
     }
     const PrefixCacheStats stats = cached->Stats().prefix_cache;
-    EXPECT_EQ(stats.entries, 5);  // 16, 32, 48, 64 and the end
+    // 16, 32, 48, 64, the prompt's end, and the end of each reply (greedy,
+    // sampled).
+    EXPECT_EQ(stats.entries, 7);
     EXPECT_GE(stats.hits, 2);
   }
   EXPECT_EQ(cold->Stats().prefix_cache.queries, 0);
@@ -134,7 +136,7 @@ TEST_F(StateReuseTest, CachedPrefixesAreScopedToTheirCallerUnlessShared) {
   }
 }
 
-TEST_F(StateReuseTest, AnExtendedPromptResumesFromTheLastChunkBoundary) {
+TEST_F(StateReuseTest, AnExtendedPromptResumesFromTheCachedPromptsEnd) {
   std::unique_ptr<Engine> cold = MakeEngine(CacheOff());
   std::unique_ptr<Engine> cached = MakeEngine(CacheOn());
   const std::vector<int64_t> base = LongPrompt(70);
@@ -145,10 +147,30 @@ TEST_F(StateReuseTest, AnExtendedPromptResumesFromTheLastChunkBoundary) {
     const Collected expected = RunToEnd(*cold, Request("c", prompt, 20, true));
     const Collected got = RunToEnd(*cached, Request("x", prompt, 20, true));
     EXPECT_EQ(Tokens(got), Tokens(expected)) << extra;
-    // 64 from the base (its states at 16..64), or the extended prompt's own
-    // chunk boundaries once it passes 80.
-    EXPECT_EQ(got.summary.cached_prompt_tokens, 64) << extra;
+    // The base's end, 70 tokens, which is not a chunk boundary (16).
+    EXPECT_EQ(got.summary.cached_prompt_tokens, 70) << extra;
   }
+}
+
+// A chat that resends its history: the next turn resumes after the previous
+// reply (the state the previous request ended with), not only after the
+// previous prompt, and gives the cold run's tokens.
+TEST_F(StateReuseTest, AResentHistoryResumesAfterThePreviousReply) {
+  std::unique_ptr<Engine> cold = MakeEngine(CacheOff());
+  std::unique_ptr<Engine> cached = MakeEngine(CacheOn());
+  const std::vector<int64_t> turn1 = Bytes("Q: Why did the chicken cross the road?\nA:");
+  const Collected one = RunToEnd(*cached, Request("t1", turn1, 23));
+  ASSERT_TRUE(one.summary.status.ok()) << one.summary.status;
+  std::vector<int64_t> history = turn1;
+  history.insert(history.end(), one.tokens.begin(), one.tokens.end());
+  const std::vector<int64_t> turn2 = Bytes("\nQ: And then what?\nA:");
+  history.insert(history.end(), turn2.begin(), turn2.end());
+  const Collected expected = RunToEnd(*cold, Request("c", history, 20, true));
+  const Collected got = RunToEnd(*cached, Request("t2", history, 20, true));
+  EXPECT_EQ(Tokens(got), Tokens(expected));
+  // Every token of turn 1 but its last reply token, fed by this turn.
+  EXPECT_EQ(got.summary.cached_prompt_tokens,
+            static_cast<int64_t>(turn1.size() + one.tokens.size()) - 1);
 }
 
 TEST_F(StateReuseTest, TwoTurnsOfASessionEqualTheWholeHistoryAtOnce) {
