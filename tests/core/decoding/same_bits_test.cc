@@ -41,6 +41,12 @@ std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t seed) {
   return tokens;
 }
 
+// `wanted` tokens, or fewer where the model's positions end sooner (room
+// for the steps after).
+int64_t PromptLength(const SequenceDecoder& decoder, int64_t wanted) {
+  return std::min(wanted, decoder.info().max_seq_len - 8);
+}
+
 // Feeds `prompt` in chunks of `chunk` (the first through Prefill), then
 // `steps` greedy steps; returns every logits row after the prompt.
 std::vector<torch::Tensor> Feed(SequenceDecoder& decoder, const std::vector<int64_t>& prompt,
@@ -80,7 +86,8 @@ class SameBitsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SameBitsTest, ChunkingDoesNotChangeABit) {
   std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), 2);
-  const std::vector<int64_t> prompt = Prompt(150, decoder->info().vocab_size, 1);
+  const std::vector<int64_t> prompt =
+      Prompt(PromptLength(*decoder, 150), decoder->info().vocab_size, 1);
   const std::vector<torch::Tensor> whole = Feed(*decoder, prompt, prompt.size(), 6);
   for (size_t chunk : {1, 7, 16, 64, 100, 149}) {
     ExpectSameBits(Feed(*decoder, prompt, chunk, 6), whole, "chunks of " + std::to_string(chunk));
@@ -122,7 +129,8 @@ TEST_P(SameBitsTest, BatchCompanionsDoNotChangeABit) {
 
 TEST_P(SameBitsTest, ARestoredStateAtAnyTokenContinuesBitForBit) {
   std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), 2);
-  const std::vector<int64_t> prompt = Prompt(101, decoder->info().vocab_size, 3);
+  const std::vector<int64_t> prompt =
+      Prompt(PromptLength(*decoder, 101), decoder->info().vocab_size, 3);
   const std::vector<torch::Tensor> cold = Feed(*decoder, prompt, prompt.size(), 4);
   // A snapshot after 37 tokens, restored into a fresh sequence, then the rest
   // of the prompt as one chunk.
@@ -146,11 +154,20 @@ TEST_P(SameBitsTest, ARestoredStateAtAnyTokenContinuesBitForBit) {
   ExpectSameBits(warm, cold, "resumed at token 37");
 }
 
-models::LoadedModel DefaultModel() {
-  absl::StatusOr<models::LoadedModel> model =
-      models::LoadModelFolder(testing::RepositoryModelsRoot() + "/performer-fortunes");
+models::LoadedModel Folder(const std::string& path) {
+  absl::StatusOr<models::LoadedModel> model = models::LoadModelFolder(path);
   EXPECT_TRUE(model.ok()) << model.status();
   return *model;
+}
+
+models::LoadedModel DefaultModel() {
+  return Folder(testing::RepositoryModelsRoot() + "/performer-fortunes");
+}
+
+// fast-transformers' causal linear attention with its Favor feature map.
+models::LoadedModel FastTransformersFavorLM() {
+  return Folder(testing::RepositoryFixtureRoot() +
+                "/fast_transformers_lm/ftlm_causal_linear_favor");
 }
 
 models::LoadedModel FavorLM() {
@@ -195,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"default_model", DefaultModel}, Case{"favor_fp32", FavorLM},
                       Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16},
                       Case{"favor_int8", FavorLM, models::WeightDtype::kInt8},
-                      Case{"fast_transformers_linear", FastTransformersLinearLM}),
+                      Case{"fast_transformers_linear", FastTransformersLinearLM},
+                      Case{"fast_transformers_favor", FastTransformersFavorLM}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
