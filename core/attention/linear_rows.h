@@ -37,6 +37,8 @@ torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
 // in (kernels/fused_linear.h): the entry point models use for it.
 using kernels::FusedActivation;
 using kernels::FusedLinearOptions;
+// GELU by whole rows, a row's bits the same whatever the others (inference).
+using kernels::GeluRows;
 inline torch::Tensor FusedLinearRows(const torch::Tensor& x, const torch::Tensor& weight,
                                      const FusedLinearOptions& options) {
   return kernels::FusedLinear(x, weight, options);

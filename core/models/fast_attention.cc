@@ -7,10 +7,9 @@
 
 #include "core/attention/causal_linear_attention.h"
 #include "core/attention/linear_attention.h"
+#include "core/attention/linear_rows.h"
 #include "core/models/initialization.h"
 #include "core/recurrent/linear_state.h"
-#include "kernels/linear_state_step.h"
-#include "kernels/skinny_linear.h"
 
 namespace performer::models {
 namespace {
@@ -186,14 +185,16 @@ std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
   std::vector<int64_t> row_shape = x.sizes().vec();
   row_shape.pop_back();
   torch::Tensor rows = x.reshape({-1, d}).contiguous();
-  if (!scaled_projection_.defined() || !kernels::SkinnyLinearSupported(rows, scaled_projection_)) {
+  if (!scaled_projection_.defined() || !rows.device().is_cpu() ||
+      rows.scalar_type() != torch::kFloat || scaled_projection_.scalar_type() != torch::kFloat) {
     torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(x, scaled_projection_t_)
                                                      : ProjectFeatures(x, projection_matrix_);
     return {u, SoftmaxKernelDiag(x).squeeze(-1)};
   }
   std::vector<int64_t> u_shape = row_shape;
   u_shape.push_back(scaled_projection_.size(0));
-  torch::Tensor u = kernels::SkinnyLinear(rows, scaled_projection_).view(u_shape);
+  // The row-invariant product (core/attention/linear_rows.h).
+  torch::Tensor u = LinearRows(scaled_projection_, torch::Tensor(), rows).view(u_shape);
   const auto c2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   torch::Tensor diag = torch::empty({rows.size(0)}, rows.options());
   const float* in = rows.data_ptr<float>();
@@ -207,7 +208,7 @@ std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
 }
 
 bool FastAttentionImpl::ScanSupported(torch::TensorList state) const {
-  return config_.causal && !state.empty() && kernels::LinearStateScanSupported(state[kStateKv]) &&
+  return config_.causal && !state.empty() && ScanLinearStateSupported(state[kStateKv]) &&
          (feature_map_.kind != FeatureKind::kSoftmax ||
           (state[kStateKeyMax].is_contiguous() && state[kStateValueSum].is_contiguous()));
 }
@@ -222,16 +223,15 @@ torch::Tensor FastAttentionImpl::Scan(const torch::Tensor& qk, const torch::Tens
   if (feature_map_.kind != FeatureKind::kSoftmax) {
     torch::Tensor qf = QueryFeatures(qk.narrow(2, 0, heads)).contiguous();
     torch::Tensor kf = KeyFeatures(qk.narrow(2, heads, heads)).contiguous();
-    return kernels::LinearStateScanNormalized(kv, qf, kf, values, torch::Tensor(), 1.0, 0.0,
-                                              kCausalDenominatorEps)
+    return ScanLinearState(kv, qf, kf, values, torch::Tensor(), 1.0, 0.0, kCausalDenominatorEps)
         .to(v.scalar_type());
   }
   auto [u, diag] = SoftmaxInputs(qk);
   torch::Tensor key_max = state[kStateKeyMax].view({c * heads});
   torch::Tensor sums = state[kStateValueSum].view({c * heads, d + 1});
-  return kernels::FavorStateScan(kv, key_max, sums, u.view({c, t, 2, heads, m}),
-                                 diag.view({c, t, 2, heads}), values, kSoftmaxKernelEps,
-                                 kCausalDenominatorEps)
+  return ScanSoftmaxKernelState(kv, key_max, sums, u.view({c, t, 2, heads, m}),
+                                diag.view({c, t, 2, heads}), values, kSoftmaxKernelEps,
+                                kCausalDenominatorEps)
       .to(v.scalar_type());
 }
 

@@ -15,7 +15,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult, bool glu, double dro
 torch::Tensor FeedForwardImpl::Activate(const torch::Tensor& h) const {
   // Inference: each row's GELU the same bits whatever the other rows.
   auto gelu = [](const torch::Tensor& t) {
-    return torch::GradMode::is_enabled() ? torch::gelu(t) : kernels::GeluRows(t);
+    return torch::GradMode::is_enabled() ? torch::gelu(t) : GeluRows(t);
   };
   if (!glu_) return gelu(h);
   std::vector<torch::Tensor> halves = h.chunk(2, -1);

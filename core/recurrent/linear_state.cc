@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #include "kernels/causal_linear_prefill.h"
 #include "kernels/linear_state_step.h"
 
@@ -48,6 +50,25 @@ torch::Tensor StepSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& k
                                      const torch::Tensor& diag, const torch::Tensor& v,
                                      double kernel_eps, double denominator_eps) {
   return kernels::FavorStateStep(state_rows, key_max, sums, projections, diag, v, kernel_eps,
+                                 denominator_eps);
+}
+
+bool ScanLinearStateSupported(const torch::Tensor& state) {
+  return kernels::LinearStateScanSupported(state);
+}
+
+torch::Tensor ScanLinearState(torch::Tensor& state_rows, const torch::Tensor& q,
+                              const torch::Tensor& k, const torch::Tensor& v, torch::Tensor sums,
+                              double scale, double offset, double eps) {
+  return kernels::LinearStateScanNormalized(state_rows, q, k, v, std::move(sums), scale, offset,
+                                            eps);
+}
+
+torch::Tensor ScanSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                     torch::Tensor& sums, const torch::Tensor& projections,
+                                     const torch::Tensor& diag, const torch::Tensor& v,
+                                     double kernel_eps, double denominator_eps) {
+  return kernels::FavorStateScan(state_rows, key_max, sums, projections, diag, v, kernel_eps,
                                  denominator_eps);
 }
 

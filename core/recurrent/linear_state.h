@@ -48,4 +48,20 @@ torch::Tensor StepSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& k
                                      const torch::Tensor& diag, const torch::Tensor& v,
                                      double kernel_eps, double denominator_eps);
 
+// The scans (kernels/linear_state_step.h): T tokens of each state in order,
+// each with the operations of one step above, so that a prompt gets the
+// bits the steps would give it. Only where ScanLinearStateSupported.
+bool ScanLinearStateSupported(const torch::Tensor& state);
+// C sequences of H heads: state_rows [C*H, F, D + 1], q, k [C, T, H, F],
+// v [C, T, H, D] -> [C, T, H, D], normalised as StepLinearState (no decay).
+torch::Tensor ScanLinearState(torch::Tensor& state_rows, const torch::Tensor& q,
+                              const torch::Tensor& k, const torch::Tensor& v, torch::Tensor sums,
+                              double scale, double offset, double eps);
+// StepSoftmaxKernelState over T tokens: projections [C, T, 2, H, M], diag
+// [C, T, 2, H], v [C, T, H, D] -> [C, T, H, D].
+torch::Tensor ScanSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                     torch::Tensor& sums, const torch::Tensor& projections,
+                                     const torch::Tensor& diag, const torch::Tensor& v,
+                                     double kernel_eps, double denominator_eps);
+
 }  // namespace performer

@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include "core/attention/linear_rows.h"
-#include "kernels/fused_linear.h"
 
 namespace performer {
 
@@ -21,7 +20,7 @@ torch::Tensor ApplyActivation(Activation activation, const torch::Tensor& x) {
   // torch::gelu defaults to the exact erf form, like torch.nn.functional.gelu.
   // Inference: each row's GELU the same bits whatever the other rows.
   if (activation == Activation::kRelu) return torch::relu(x);
-  return torch::GradMode::is_enabled() ? torch::gelu(x) : kernels::GeluRows(x);
+  return torch::GradMode::is_enabled() ? torch::gelu(x) : GeluRows(x);
 }
 
 Mask DefaultAttentionMask(int64_t l, int64_t s, torch::Device device) {
