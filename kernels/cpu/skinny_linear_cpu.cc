@@ -24,6 +24,21 @@ struct LinearArgs {
   int64_t out;
 };
 
+// Rows of x per pass over a thread's weight blocks (a multiple of
+// kRowBlock). A weight that fits in L2 is re-read per tile, so the tile
+// fits in L1; a larger weight is streamed once per tile, so the tile is as
+// large as half of L2 allows, and never below a decode step's batch (up to
+// 64 rows: each weight row read once). The order of each output's sum is
+// the same whatever the tiling.
+int64_t RowTile(const LinearArgs& a) {
+  constexpr int64_t kStepRows = 66;  // >= 64, a multiple of kRowBlock
+  const int64_t row_bytes = std::max<int64_t>(1, a.in * static_cast<int64_t>(sizeof(float)));
+  if (a.out * row_bytes <= (256 << 10)) {
+    return std::max<int64_t>(kRowBlock, (16 << 10) / row_bytes / kRowBlock * kRowBlock);
+  }
+  return std::max<int64_t>(kStepRows, (128 << 10) / row_bytes / kRowBlock * kRowBlock);
+}
+
 // Portable micro-kernel: kRows x rows against `outs` (<= 4) weight rows with
 // GCC vector extensions (16-byte vectors: SSE2, any x86-64 CPU).
 template <int kRows>
@@ -60,11 +75,15 @@ PERFORMER_SIMD_INLINE void MicroPortable(const LinearArgs& a, int64_t r0, int64_
 }
 
 void BlocksPortable(const LinearArgs& a, int64_t block_begin, int64_t block_end) {
-  for (int64_t b = block_begin; b < block_end; ++b) {
-    const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
-    int64_t r = 0;
-    for (; r + kRowBlock <= a.rows; r += kRowBlock) MicroPortable<kRowBlock>(a, r, o0, outs);
-    for (; r < a.rows; ++r) MicroPortable<1>(a, r, o0, outs);
+  const int64_t tile = RowTile(a);
+  for (int64_t t0 = 0; t0 < a.rows; t0 += tile) {
+    const int64_t t1 = std::min(a.rows, t0 + tile);
+    for (int64_t b = block_begin; b < block_end; ++b) {
+      const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
+      int64_t r = t0;
+      for (; r + kRowBlock <= t1; r += kRowBlock) MicroPortable<kRowBlock>(a, r, o0, outs);
+      for (; r < t1; ++r) MicroPortable<1>(a, r, o0, outs);
+    }
   }
 }
 
@@ -109,14 +128,18 @@ PERFORMER_SIMD_TARGET_AVX2 inline void MicroAvx2(const LinearArgs& a, int64_t r0
 
 PERFORMER_SIMD_TARGET_AVX2 void BlocksAvx2(const LinearArgs& a, int64_t block_begin,
                                            int64_t block_end) {
-  for (int64_t b = block_begin; b < block_end; ++b) {
-    const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
-    int64_t r = 0;
-    for (; r + kRowBlock <= a.rows; r += kRowBlock) MicroAvx2<kRowBlock>(a, r, o0, outs);
-    if (a.rows - r == 2) {
-      MicroAvx2<2>(a, r, o0, outs);
-    } else if (a.rows - r == 1) {
-      MicroAvx2<1>(a, r, o0, outs);
+  const int64_t tile = RowTile(a);
+  for (int64_t t0 = 0; t0 < a.rows; t0 += tile) {
+    const int64_t t1 = std::min(a.rows, t0 + tile);
+    for (int64_t b = block_begin; b < block_end; ++b) {
+      const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
+      int64_t r = t0;
+      for (; r + kRowBlock <= t1; r += kRowBlock) MicroAvx2<kRowBlock>(a, r, o0, outs);
+      if (t1 - r == 2) {
+        MicroAvx2<2>(a, r, o0, outs);
+      } else if (t1 - r == 1) {
+        MicroAvx2<1>(a, r, o0, outs);
+      }
     }
   }
 }
@@ -137,7 +160,7 @@ torch::Tensor SkinnyLinearForward(const torch::Tensor& x, const torch::Tensor& w
                   in,
                   out};
   const int64_t blocks = (out + kOutBlock - 1) / kOutBlock;
-  at::parallel_for(0, blocks, SkinnyBlockGrain(in), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, blocks, SkinnyBlockGrain(in, rows), [&](int64_t begin, int64_t end) {
 #if PERFORMER_SIMD_HAVE_AVX2
     if (simd::UseAvx2Fma()) {
       BlocksAvx2(args, begin, end);
