@@ -150,7 +150,8 @@ WayResult RunChat(Engine& engine, Way way) {
         } else {
           session = absl::StrCat("run", run, "-user", user);
         }
-        results[u] = Run(engine, Request(std::move(prompt), session, turn == 0));
+        results[u] =
+            Run(engine, Request(std::move(prompt), session, !session.empty() && turn == 0));
       });
     }
     for (std::thread& t : clients) t.join();
