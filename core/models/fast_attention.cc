@@ -184,13 +184,13 @@ std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
   const int64_t d = x.size(-1);
   std::vector<int64_t> row_shape = x.sizes().vec();
   row_shape.pop_back();
-  torch::Tensor rows = x.reshape({-1, d}).contiguous();
-  if (!scaled_projection_.defined() || !rows.device().is_cpu() ||
-      rows.scalar_type() != torch::kFloat || scaled_projection_.scalar_type() != torch::kFloat) {
+  if (!scaled_projection_.defined() || !x.device().is_cpu() || x.scalar_type() != torch::kFloat ||
+      scaled_projection_.scalar_type() != torch::kFloat) {
     torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(x, scaled_projection_t_)
                                                      : ProjectFeatures(x, projection_matrix_);
     return {u, SoftmaxKernelDiag(x).squeeze(-1)};
   }
+  torch::Tensor rows = x.reshape({-1, d}).contiguous();
   std::vector<int64_t> u_shape = row_shape;
   u_shape.push_back(scaled_projection_.size(0));
   // The row-invariant product (core/attention/linear_rows.h).

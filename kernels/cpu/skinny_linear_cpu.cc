@@ -74,17 +74,36 @@ PERFORMER_SIMD_INLINE void MicroPortable(const LinearArgs& a, int64_t r0, int64_
   }
 }
 
-void BlocksPortable(const LinearArgs& a, int64_t block_begin, int64_t block_end) {
+// Weight blocks [block_begin, block_end) against every row, tile by tile,
+// with Micro::Run<R> (R rows at a time) as the micro-kernel.
+template <typename Micro>
+PERFORMER_SIMD_INLINE void TiledBlocks(const LinearArgs& a, int64_t block_begin,
+                                       int64_t block_end) {
   const int64_t tile = RowTile(a);
   for (int64_t t0 = 0; t0 < a.rows; t0 += tile) {
     const int64_t t1 = std::min(a.rows, t0 + tile);
     for (int64_t b = block_begin; b < block_end; ++b) {
       const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
       int64_t r = t0;
-      for (; r + kRowBlock <= t1; r += kRowBlock) MicroPortable<kRowBlock>(a, r, o0, outs);
-      for (; r < t1; ++r) MicroPortable<1>(a, r, o0, outs);
+      for (; r + kRowBlock <= t1; r += kRowBlock) Micro::template Run<kRowBlock>(a, r, o0, outs);
+      if (t1 - r == 2) {
+        Micro::template Run<2>(a, r, o0, outs);
+      } else if (t1 - r == 1) {
+        Micro::template Run<1>(a, r, o0, outs);
+      }
     }
   }
+}
+
+struct PortableMicro {
+  template <int kRows>
+  static PERFORMER_SIMD_INLINE void Run(const LinearArgs& a, int64_t r0, int64_t o0, int64_t outs) {
+    MicroPortable<kRows>(a, r0, o0, outs);
+  }
+};
+
+void BlocksPortable(const LinearArgs& a, int64_t block_begin, int64_t block_end) {
+  TiledBlocks<PortableMicro>(a, block_begin, block_end);
 }
 
 #if PERFORMER_SIMD_HAVE_AVX2
@@ -126,22 +145,17 @@ PERFORMER_SIMD_TARGET_AVX2 inline void MicroAvx2(const LinearArgs& a, int64_t r0
   }
 }
 
+struct Avx2Micro {
+  template <int kRows>
+  PERFORMER_SIMD_TARGET_AVX2 static inline void Run(const LinearArgs& a, int64_t r0, int64_t o0,
+                                                    int64_t outs) {
+    MicroAvx2<kRows>(a, r0, o0, outs);
+  }
+};
+
 PERFORMER_SIMD_TARGET_AVX2 void BlocksAvx2(const LinearArgs& a, int64_t block_begin,
                                            int64_t block_end) {
-  const int64_t tile = RowTile(a);
-  for (int64_t t0 = 0; t0 < a.rows; t0 += tile) {
-    const int64_t t1 = std::min(a.rows, t0 + tile);
-    for (int64_t b = block_begin; b < block_end; ++b) {
-      const int64_t o0 = b * kOutBlock, outs = std::min(kOutBlock, a.out - o0);
-      int64_t r = t0;
-      for (; r + kRowBlock <= t1; r += kRowBlock) MicroAvx2<kRowBlock>(a, r, o0, outs);
-      if (t1 - r == 2) {
-        MicroAvx2<2>(a, r, o0, outs);
-      } else if (t1 - r == 1) {
-        MicroAvx2<1>(a, r, o0, outs);
-      }
-    }
-  }
+  TiledBlocks<Avx2Micro>(a, block_begin, block_end);
 }
 #endif
 

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "core/decoding/decoder_factory.h"
-#include "core/models/fast_transformers_lm.h"
 #include "core/models/model_folder.h"
 #include "tests/core/models/model_test_util.h"
 #include "tests/testing/fixtures.h"
@@ -193,18 +192,7 @@ models::LoadedModel FastTransformersLinearLM() {
                              {"value_dimensions", 8},
                              {"feed_forward_dimensions", 32},
                              {"activation", "gelu"}}}};
-  torch::manual_seed(9);
-  absl::StatusOr<models::FastTransformersLMConfig> parsed =
-      models::ParseFastTransformersLMConfig(config);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<models::FastTransformersLM> lm = models::FastTransformersLMImpl::Create(*parsed);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  (*lm)->eval();
-  models::LoadedModel loaded;
-  loaded.model_class = models::ModelClass::kFastTransformersLM;
-  loaded.config = config;
-  loaded.ftlm = *lm;
-  return loaded;
+  return models::testing::RandomFastTransformersLM(config, 9);
 }
 
 INSTANTIATE_TEST_SUITE_P(

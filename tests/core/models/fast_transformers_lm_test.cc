@@ -10,6 +10,7 @@
 #include "core/decoding/decoder_factory.h"
 #include "core/decoding/fast_transformers_decoder.h"
 #include "core/models/model_folder.h"
+#include "tests/core/models/model_test_util.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::models {
@@ -32,20 +33,6 @@ nlohmann::json Config(const std::string& attention_type, nlohmann::json feature_
           {"encoder", encoder}};
 }
 
-LoadedModel Build(const nlohmann::json& config, int64_t seed) {
-  torch::manual_seed(seed);
-  absl::StatusOr<FastTransformersLMConfig> parsed = ParseFastTransformersLMConfig(config);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<FastTransformersLM> model = FastTransformersLMImpl::Create(*parsed);
-  EXPECT_TRUE(model.ok()) << model.status();
-  (*model)->eval();
-  LoadedModel loaded;
-  loaded.model_class = models::ModelClass::kFastTransformersLM;
-  loaded.config = config;
-  loaded.ftlm = *model;
-  return loaded;
-}
-
 // Argmax continuation by full batch forwards of the growing sequence.
 std::vector<int64_t> BatchGreedy(FastTransformersLMImpl& model, std::vector<int64_t> ids, int n) {
   torch::NoGradGuard no_grad;
@@ -62,7 +49,7 @@ std::vector<int64_t> BatchGreedy(FastTransformersLMImpl& model, std::vector<int6
 class FastTransformersLMDecodingTest : public ::testing::TestWithParam<nlohmann::json> {};
 
 TEST_P(FastTransformersLMDecodingTest, DecoderMatchesTheBatchForward) {
-  LoadedModel model = Build(GetParam(), 7);
+  LoadedModel model = testing::RandomFastTransformersLM(GetParam(), 7);
   FastTransformersLM lm = model.ftlm;
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
       decoding::CreateDecoder(model, 4);
@@ -137,9 +124,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(FastTransformersLMTest, StateBytesAreExact) {
   // Linear: per layer H x F x (D + 1) floats; full: keys and values for
   // max_seq_len positions; plus the position (8 bytes).
-  LoadedModel linear = Build(Config("causal-linear"), 1);
+  LoadedModel linear = testing::RandomFastTransformersLM(Config("causal-linear"), 1);
   EXPECT_EQ(*decoding::StateBytesPerSequence(linear), 2 * (2 * 4 * 5 * 4) + 8);
-  LoadedModel full = Build(Config("full"), 1);
+  LoadedModel full = testing::RandomFastTransformersLM(Config("full"), 1);
   EXPECT_EQ(*decoding::StateBytesPerSequence(full), 2 * (kMaxSeqLen * 2 * (4 + 4) * 4) + 8);
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
       decoding::CreateDecoder(full, 3);
@@ -166,7 +153,7 @@ TEST(FastTransformersLMTest, DecodesInEachWeightDtype) {
                         Case{WeightDtype::kBFloat16, torch::kBFloat16, 0.05},
                         Case{WeightDtype::kInt8, torch::kChar, 0.1}}) {
     SCOPED_TRACE(WeightDtypeName(c.dtype));
-    const LoadedModel model = Build(Config("causal-linear"), 3);
+    const LoadedModel model = testing::RandomFastTransformersLM(Config("causal-linear"), 3);
     int64_t bytes = 0;
     for (const torch::Tensor& t : model.ftlm->parameters()) bytes += t.numel() * t.element_size();
     for (const torch::Tensor& t : model.ftlm->buffers()) bytes += t.numel() * t.element_size();
@@ -216,7 +203,7 @@ TEST(FastTransformersLMTest, DecodesInEachWeightDtype) {
 
 TEST(FastTransformersLMTest, DecoderChecksItsArguments) {
   absl::StatusOr<std::unique_ptr<decoding::SequenceDecoder>> decoder =
-      decoding::CreateDecoder(Build(Config("full"), 2), 1);
+      decoding::CreateDecoder(testing::RandomFastTransformersLM(Config("full"), 2), 1);
   ASSERT_TRUE(decoder.ok());
   absl::StatusOr<decoding::SequenceId> id = (*decoder)->Create();
   ASSERT_TRUE(id.ok());
@@ -274,7 +261,8 @@ TEST(FastTransformersLMTest, ConfigIsCheckedAndTranslated) {
 TEST(FastTransformersLMTest, FolderRoundTrip) {
   // Written as a folder (the state dict names of fast-transformers) and
   // loaded back, the model gives the same logits.
-  LoadedModel model = Build(Config("causal-linear", {{"type", "Favor"}, {"n_dims", 8}}), 3);
+  LoadedModel model = testing::RandomFastTransformersLM(
+      Config("causal-linear", {{"type", "Favor"}, {"n_dims", 8}}), 3);
   const std::string dir = ::testing::TempDir() + "/ftlm_roundtrip";
   absl::StatusOr<LoadedModel> loaded = WriteModelFolder(dir, model.config, *model.ftlm);
   ASSERT_TRUE(loaded.ok()) << loaded.status();

@@ -1,12 +1,15 @@
 // Small random Performer models for unit tests: a config, a model whose
 // parameters and buffers (projection matrices, positional tables) are all
-// random, and a folder on disk holding it.
+// random, and a folder on disk holding it; and a FastTransformersLM built
+// from its config.json with LibTorch's initialisation.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
 
+#include "core/models/fast_transformers_lm.h"
 #include "core/models/model_folder.h"
 #include "core/models/performer_config.h"
 
@@ -44,6 +47,22 @@ inline LoadedModel RandomLM(const PerformerLMConfig& config, uint64_t seed = 7) 
   Randomize(*m.lm, seed);
   m.lm->eval();
   return m;
+}
+
+// A FastTransformersLM of `config` (its config.json), initialised after
+// torch::manual_seed(seed), in eval mode.
+inline LoadedModel RandomFastTransformersLM(const nlohmann::json& config, int64_t seed) {
+  torch::manual_seed(seed);
+  absl::StatusOr<FastTransformersLMConfig> parsed = ParseFastTransformersLMConfig(config);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<FastTransformersLM> model = FastTransformersLMImpl::Create(*parsed);
+  EXPECT_TRUE(model.ok()) << model.status();
+  (*model)->eval();
+  LoadedModel loaded;
+  loaded.model_class = ModelClass::kFastTransformersLM;
+  loaded.config = config;
+  loaded.ftlm = *model;
+  return loaded;
 }
 
 }  // namespace performer::models::testing
