@@ -3,7 +3,7 @@
 // the engine does without gRPC, on the same model and workload:
 //
 //   for each concurrency C (--concurrency, default 1,8,32,64):
-//     gRPC: C client threads, each running --requests_per_stream streaming
+//     gRPC: C client streams, each running --requests_per_stream streaming
 //       GenerateStream requests back to back (prompt of --prompt_tokens ids,
 //       --max_new_tokens new tokens, greedy, ignore_eos), against the real
 //       performer-serve binary started as a child process (what users run);
@@ -28,7 +28,8 @@
 //               [--repeats=1] [--client_cpus=0]
 //               [--server_flags=--metrics_port=-1,--log_level=off]
 // A --weight_dtype among --server_flags applies to the engine and the decoder
-// measured beside the server too.
+// measured beside the server too, and a --stream_interval to the engine's
+// streams.
 //   serve_bench --make_bench_model=DIR   writes the bench model folder and exits
 // Without --model_dir the bench model (decode_bench's shape: vocab 256, dim
 // 512, depth 6, heads 8, dim_head 64, nb_features 256, causal; random
@@ -37,14 +38,18 @@
 // already running instead of starting one (requests go to its default
 // model; the engine part loads --model_dir, which should be that model).
 //
-// By default the client threads share the CPUs with the server: on a small
-// machine their CPU time (protobuf decoding, one thread per stream) is part
-// of what the ratios show. --client_cpus=N gives the client threads the last
-// N CPUs and everything measured (the server process with all its threads,
-// the in-process engine, the decoder) the others, as when clients run on
-// other machines; --threads then defaults to the measured side's CPUs.
+// The gRPC streams are driven by --client_threads threads through completion
+// queues (RunGrpcLoad), so that the client's cost per message stays small;
+// the report gives each side's CPU use during the gRPC runs, which shows
+// whether the load generator was the limit. By default the client threads
+// share the CPUs with the server: on a small machine their CPU time
+// (protobuf decoding) is part of what the ratios show. --client_cpus=N gives the client threads the
+// last N CPUs and everything measured (the server process with all its threads, the in-process
+// engine, the decoder) the others, as when clients run on other machines; --threads then defaults
+// to the measured side's CPUs.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -132,6 +137,9 @@ ABSL_FLAG(int32_t, client_cpus, 0,
           "Run the client threads on the last N CPUs of this process's set and the server, the "
           "in-process engine and the decoder on the others (clients as if on other machines); 0 = "
           "all share every CPU.");
+ABSL_FLAG(int32_t, client_threads, 0,
+          "Threads that drive the gRPC streams (each its share of the streams through its own "
+          "completion queue); 0 = one per client CPU with --client_cpus, else one.");
 ABSL_FLAG(bool, shared_channel, false,
           "All streams on one gRPC channel (one HTTP/2 connection) instead of one each.");
 ABSL_FLAG(bool, engine, true, "Also measure the engine in-process.");
@@ -210,6 +218,10 @@ class CpuPlacement {
 
   bool split() const { return split_; }
   int server_cpus() const { return CPU_COUNT(&server_); }
+  int client_cpus() const { return CPU_COUNT(&client_); }
+  // The CPUs of each side (every CPU of the process's set when not split).
+  std::vector<int> ServerCpus() const { return Cpus(server_); }
+  std::vector<int> ClientCpus() const { return Cpus(client_); }
   const std::string& text() const { return text_; }
 
   // Pins the calling thread (and so the threads and processes it creates).
@@ -217,6 +229,17 @@ class CpuPlacement {
   absl::Status PinToClients() const { return Pin(client_); }
 
  private:
+  std::vector<int> Cpus(const cpu_set_t& set) const {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    if (!split_ && sched_getaffinity(0, sizeof(all), &all) != 0) return {};
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, split_ ? &set : &all)) cpus.push_back(cpu);
+    }
+    return cpus;
+  }
+
   absl::Status Pin(const cpu_set_t& set) const {
     if (!split_) return absl::OkStatus();
     if (sched_setaffinity(0, sizeof(set), &set) != 0) {
@@ -236,6 +259,52 @@ bool Pinned(const absl::Status& pin) {
   if (!pin.ok()) std::fprintf(stderr, "serve_bench: %s\n", pin.ToString().c_str());
   return pin.ok();
 }
+
+// How busy a set of CPUs was between two readings of /proc/stat: the share
+// of their time not idle (nor waiting for I/O). Shows which side of a run
+// was the limit: a client side near 100% means the load generator was.
+class CpuBusyMeter {
+ public:
+  explicit CpuBusyMeter(std::vector<int> cpus) : cpus_(std::move(cpus)), start_(Read()) {}
+  // Percent busy since construction; -1 when /proc/stat could not be read.
+  double Percent() const {
+    const Ticks end = Read();
+    if (!start_.valid || !end.valid || end.total <= start_.total) return -1;
+    return 100.0 * static_cast<double>(end.busy - start_.busy) /
+           static_cast<double>(end.total - start_.total);
+  }
+
+ private:
+  struct Ticks {
+    bool valid = false;
+    uint64_t busy = 0;
+    uint64_t total = 0;
+  };
+  Ticks Read() const {
+    Ticks ticks;
+    std::ifstream stat("/proc/stat");
+    std::string line;
+    while (std::getline(stat, line)) {
+      int cpu = -1;
+      if (line.rfind("cpu", 0) != 0 ||
+          !absl::SimpleAtoi(line.substr(3, line.find(' ') - 3), &cpu) ||
+          std::find(cpus_.begin(), cpus_.end(), cpu) == cpus_.end()) {
+        continue;
+      }
+      std::istringstream fields(line.substr(line.find(' ')));
+      uint64_t value = 0;
+      for (int i = 0; i < 8 && fields >> value; ++i) {
+        ticks.total += value;
+        if (i != 3 && i != 4) ticks.busy += value;  // idle, iowait
+      }
+      ticks.valid = true;
+    }
+    return ticks;
+  }
+
+  std::vector<int> cpus_;
+  Ticks start_;
+};
 
 // ---------------------------------------------------------------------------
 // The bench model folder
@@ -291,6 +360,8 @@ absl::Status WriteBenchModel(const std::string& dir) {
 // Measurements
 // ---------------------------------------------------------------------------
 
+struct RequestTrace;
+
 // What one load run observed.
 struct LoadResult {
   int64_t concurrency = 0;
@@ -304,8 +375,15 @@ struct LoadResult {
   std::vector<double> itl;
   int64_t errors = 0;
   std::string first_error;
+  // Percent busy over the run (CpuBusyMeter), gRPC runs only; -1 = unknown.
+  double server_cpu_busy = -1;
+  double client_cpu_busy = -1;
 
   double tokens_per_second() const { return wall_seconds > 0 ? tokens / wall_seconds : 0; }
+
+  // Merges one request's trace and status; a request that ended well with
+  // another number of tokens than `expected_tokens` counts as an error.
+  void Add(const RequestTrace& trace, absl::Status status, int64_t expected_tokens);
 };
 
 // What one request observed (merged into LoadResult by the runner).
@@ -329,6 +407,46 @@ struct RequestTrace {
     last_arrival = now;
   }
 };
+
+void LoadResult::Add(const RequestTrace& trace, absl::Status status, int64_t expected_tokens) {
+  ++requests;
+  tokens += trace.tokens;
+  messages += trace.messages;
+  if (trace.ttft) ttft.push_back(*trace.ttft);
+  itl.insert(itl.end(), trace.itl.begin(), trace.itl.end());
+  if (status.ok() && trace.tokens != expected_tokens) {
+    status = absl::InternalError(
+        absl::StrCat("got ", trace.tokens, " tokens instead of ", expected_tokens));
+  }
+  if (!status.ok() && errors++ == 0) first_error = status.ToString();
+}
+
+// Runs body(i) for i in [0, count) on threads of their own, released
+// together; returns the seconds from the release to the last one's end.
+template <typename Body>
+double RunReleased(int64_t count, Body body) {
+  std::mutex mu;
+  std::condition_variable go;
+  bool started = false;
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < count; ++i) {
+    threads.emplace_back([&, i] {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        go.wait(lock, [&] { return started; });
+      }
+      body(i);
+    });
+  }
+  const Clock::time_point start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    started = true;
+  }
+  go.notify_all();
+  for (std::thread& t : threads) t.join();
+  return SecondsBetween(start, Clock::now());
+}
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -372,40 +490,14 @@ LoadResult RunLoad(int64_t concurrency, const Workload& workload, RequestFn requ
   LoadResult result;
   result.concurrency = concurrency;
   std::mutex mu;
-  std::condition_variable go;
-  bool started = false;
-  std::vector<std::thread> threads;
-  for (int64_t s = 0; s < concurrency; ++s) {
-    threads.emplace_back([&, s] {
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        go.wait(lock, [&] { return started; });
-      }
-      for (int64_t r = 0; r < workload.requests_per_stream; ++r) {
-        RequestTrace trace;
-        absl::Status status = request(s, r, trace);
-        std::lock_guard<std::mutex> lock(mu);
-        ++result.requests;
-        result.tokens += trace.tokens;
-        result.messages += trace.messages;
-        if (trace.ttft) result.ttft.push_back(*trace.ttft);
-        result.itl.insert(result.itl.end(), trace.itl.begin(), trace.itl.end());
-        if (status.ok() && trace.tokens != workload.max_new_tokens) {
-          status = absl::InternalError(
-              absl::StrCat("got ", trace.tokens, " tokens instead of ", workload.max_new_tokens));
-        }
-        if (!status.ok() && result.errors++ == 0) result.first_error = status.ToString();
-      }
-    });
-  }
-  const Clock::time_point start = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    started = true;
-  }
-  go.notify_all();
-  for (std::thread& t : threads) t.join();
-  result.wall_seconds = SecondsBetween(start, Clock::now());
+  result.wall_seconds = RunReleased(concurrency, [&](int64_t s) {
+    for (int64_t r = 0; r < workload.requests_per_stream; ++r) {
+      RequestTrace trace;
+      const absl::Status status = request(s, r, trace);
+      std::lock_guard<std::mutex> lock(mu);
+      result.Add(trace, status, workload.max_new_tokens);
+    }
+  });
   return result;
 }
 
@@ -462,6 +554,149 @@ absl::Status StreamOne(v1::Generation::Stub& stub, const Workload& workload, int
         "e.g. text that is not valid UTF-8?)");
   }
   return FromGrpc(status);
+}
+
+// Streams over gRPC from `client_threads` threads, each driving its share of
+// the streams (stream s on thread s % client_threads) through its own
+// completion queue: the client's cost per message is a completion, not a
+// thread wake-up, so that the load generator is not what limits hundreds of
+// streams. Each stream runs its requests back to back, as StreamOne's
+// callers do; stubs[s] is stream s's channel.
+LoadResult RunGrpcLoad(int64_t concurrency, const Workload& workload,
+                       const std::vector<v1::Generation::Stub*>& stubs, int client_threads) {
+  // One request; its address is the tag of its steps.
+  struct Call {
+    enum class Step { kStart, kRead, kFinish, kDone };
+    int64_t stream = 0;
+    int64_t request = 0;
+    grpc::ClientContext context;
+    v1::GenerateRequest wire;
+    v1::GenerateResponse response;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::GenerateResponse>> reader;
+    grpc::Status status;
+    Step step = Step::kStart;
+    Clock::time_point start;
+    RequestTrace trace;
+    bool got_last = false;
+    // A stream that ends without its last message (a message that could not
+    // be parsed) stays open until its deadline; the alarm cancels it 2 s
+    // after its reads ended.
+    grpc::Alarm watchdog;  // tag: this object's address + 1
+    bool watchdog_set = false;
+  };
+  LoadResult result;
+  result.concurrency = concurrency;
+  std::mutex mu;  // result
+  auto record = [&](Call& call) {
+    const absl::Status status =
+        call.got_last || !call.status.ok()
+            ? FromGrpc(call.status)
+            : absl::InternalError(
+                  "the stream broke off before its last message (a response that could not be "
+                  "parsed, e.g. text that is not valid UTF-8?)");
+    std::lock_guard<std::mutex> lock(mu);
+    result.Add(call.trace, status, workload.max_new_tokens);
+  };
+  const int threads_count =
+      static_cast<int>(std::clamp<int64_t>(client_threads, 1, std::max<int64_t>(1, concurrency)));
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues;
+  for (int t = 0; t < threads_count; ++t) {
+    queues.push_back(std::make_unique<grpc::CompletionQueue>());
+  }
+  // Starts request r of stream s on `cq`.
+  auto start = [&](int64_t s, int64_t r, grpc::CompletionQueue& cq) {
+    auto call = std::make_unique<Call>();
+    call->stream = s;
+    call->request = r;
+    const std::vector<int32_t> prompt =
+        Prompt(s, workload.first_request + r, workload.prompt_tokens, workload.vocab);
+    call->wire.mutable_prompt_tokens()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+    call->wire.set_max_new_tokens(static_cast<int32_t>(workload.max_new_tokens));
+    call->wire.set_temperature(0.0f);
+    call->wire.set_ignore_eos(true);
+    call->context.set_deadline(std::chrono::system_clock::now() +
+                               absl::ToChronoNanoseconds(workload.request_timeout));
+    call->start = Clock::now();
+    call->reader =
+        stubs[static_cast<size_t>(s)]->PrepareAsyncGenerateStream(&call->context, call->wire, &cq);
+    Call* raw = call.release();
+    raw->reader->StartCall(raw);
+  };
+  result.wall_seconds = RunReleased(threads_count, [&](int64_t t) {
+    grpc::CompletionQueue& cq = *queues[static_cast<size_t>(t)];
+    int64_t live = 0;
+    for (int64_t s = t; s < concurrency; s += threads_count) {
+      start(s, 0, cq);
+      ++live;
+    }
+    // Finished calls whose cancelled alarm has not come back yet.
+    int64_t alarms = 0;
+    void* tag = nullptr;
+    bool ok = false;
+    while ((live > 0 || alarms > 0) && cq.Next(&tag, &ok)) {
+      const auto bits = reinterpret_cast<uintptr_t>(tag);
+      Call* call = reinterpret_cast<Call*>(bits & ~uintptr_t{1});
+      if ((bits & 1) != 0) {  // the watchdog
+        call->watchdog_set = false;
+        if (call->step == Call::Step::kDone) {
+          delete call;
+          --alarms;
+        } else if (ok) {
+          call->context.TryCancel();  // Finish then comes back
+        }
+        continue;
+      }
+      switch (call->step) {
+        case Call::Step::kStart:
+          call->step = ok ? Call::Step::kRead : Call::Step::kFinish;
+          if (ok) {
+            call->reader->Read(&call->response, call);
+          } else {
+            call->reader->Finish(&call->status, call);
+          }
+          break;
+        case Call::Step::kRead:
+          if (ok) {
+            call->trace.Arrived(call->start, Clock::now(), call->response.token_ids_size());
+            call->got_last = call->response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+            call->reader->Read(&call->response, call);
+            break;
+          }
+          call->step = Call::Step::kFinish;
+          if (!call->got_last) {
+            call->watchdog.Set(&cq, std::chrono::system_clock::now() + std::chrono::seconds(2),
+                               reinterpret_cast<void*>(bits | 1));
+            call->watchdog_set = true;
+          }
+          call->reader->Finish(&call->status, call);
+          break;
+        case Call::Step::kFinish: {
+          record(*call);
+          const int64_t s = call->stream;
+          const int64_t next = call->request + 1;
+          if (call->watchdog_set) {
+            call->step = Call::Step::kDone;
+            call->watchdog.Cancel();
+            ++alarms;
+          } else {
+            delete call;
+          }
+          --live;
+          if (next < workload.requests_per_stream) {
+            start(s, next, cq);
+            ++live;
+          }
+          break;
+        }
+        case Call::Step::kDone:
+          break;
+      }
+    }
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  });
+  return result;
 }
 
 // One keep-alive HTTP/1.1 connection to the server's OpenAI API, read with
@@ -580,6 +815,22 @@ absl::Status HttpStreamOne(SseConnection& connection, const std::string& model,
   return absl::OkStatus();
 }
 
+// The --stream_interval among --server_flags (1 when none): the in-process
+// engine's streams hand their tokens over in as many at a time, so that the
+// two sides deliver alike and their ratio is what gRPC costs.
+int64_t ServedStreamInterval() {
+  int64_t interval = 1;
+  for (const std::string& flag : absl::GetFlag(FLAGS_server_flags)) {
+    constexpr std::string_view kFlag = "--stream_interval=";
+    if (flag.rfind(kFlag, 0) != 0) continue;
+    int64_t parsed = 0;
+    if (absl::SimpleAtoi(flag.substr(kFlag.size()), &parsed) && parsed > 0) {
+      interval = parsed;
+    }
+  }
+  return interval;
+}
+
 // One request straight to the engine. The wake-up state is shared with the
 // listener, which the engine thread may still be running when this returns.
 absl::Status EngineOne(server::Engine& engine, const Workload& workload, int64_t concurrency,
@@ -590,7 +841,8 @@ absl::Status EngineOne(server::Engine& engine, const Workload& workload, int64_t
     bool ready = false;
   };
   auto wakeup = std::make_shared<Wakeup>();
-  auto stream = std::make_shared<server::RequestStream>();
+  auto stream = std::make_shared<server::RequestStream>(
+      /*max_buffered_tokens=*/0, /*notify_every_tokens=*/ServedStreamInterval());
   stream->SetListener([wakeup] {
     {
       std::lock_guard<std::mutex> lock(wakeup->mu);
@@ -934,6 +1186,13 @@ void PrintReport(const std::vector<Measured>& runs) {
         Percentile(g.ttft, 0.99) * 1e3, Percentile(g.itl, 0.5) * 1e3, Percentile(g.itl, 0.99) * 1e3,
         g.messages > 0 ? static_cast<double>(g.tokens) / g.messages : 0.0, engine_cols.c_str());
   }
+  std::printf(
+      "\n## CPU use during the gRPC runs\n\n| streams | measured side's CPUs busy | client "
+      "CPUs busy |\n|---:|---:|---:|\n");
+  for (const Measured& m : runs) {
+    std::printf("| %lld | %.0f%% | %.0f%% |\n", static_cast<long long>(m.grpc.concurrency),
+                m.grpc.server_cpu_busy, m.grpc.client_cpu_busy);
+  }
   for (const Measured& m : runs) {
     PrintErrors("gRPC", m.grpc);
     if (m.http) PrintErrors("HTTP", *m.http);
@@ -1114,6 +1373,9 @@ int Run() {
   std::printf("- machine: %s, %u cores; %s; device %s; %s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), DescribeTorchRuntime(runtime).c_str(),
               device.c_str(), placement->text().c_str());
+  const int client_threads = absl::GetFlag(FLAGS_client_threads) > 0
+                                 ? absl::GetFlag(FLAGS_client_threads)
+                                 : (placement->split() ? placement->client_cpus() : 1);
   auto key = [&config](const char* name) {
     return config.contains(name) ? config[name].dump() : std::string("default");
   };
@@ -1126,14 +1388,14 @@ int Run() {
       models::WeightDtypeName(ServedWeightDtype()));
   std::printf(
       "- workload: per stream %lld requests back to back; prompt %lld tokens, %lld new tokens "
-      "(greedy, ignore_eos); streams %s; %s; %lld repeats (each figure from its side's median "
-      "run)\n",
+      "(greedy, ignore_eos); streams %s; %s; gRPC streams driven by %d client threads; %lld "
+      "repeats (each figure from its side's median run)\n",
       static_cast<long long>(workload.requests_per_stream),
       static_cast<long long>(workload.prompt_tokens),
       static_cast<long long>(workload.max_new_tokens), absl::StrJoin(concurrency, ", ").c_str(),
       absl::GetFlag(FLAGS_shared_channel) ? "one shared gRPC channel"
                                           : "one gRPC channel (connection) per stream",
-      static_cast<long long>(repeats));
+      client_threads, static_cast<long long>(repeats));
   std::fflush(stdout);
 
   // --- the server, then both measurements per concurrency ------------------
@@ -1273,8 +1535,10 @@ int Run() {
 
     for (int64_t c : concurrency) {
       std::vector<std::unique_ptr<v1::Generation::Stub>> stubs;
+      std::vector<v1::Generation::Stub*> stub_of;
       for (int64_t s = 0; s < c; ++s) {
         stubs.push_back(absl::GetFlag(FLAGS_shared_channel) ? nullptr : make_stub(s));
+        stub_of.push_back(stubs.back() ? stubs.back().get() : control.get());
       }
       // Each repeat runs the three sides back to back; each side reports
       // its median repeat.
@@ -1287,10 +1551,13 @@ int Run() {
       for (int64_t repeat = 0; repeat < repeats; ++repeat) {
         workload.first_request += workload.requests_per_stream;
         std::fprintf(stderr, "serve_bench: %lld streams: gRPC...", static_cast<long long>(c));
-        grpc_runs.push_back(RunLoad(c, workload, [&](int64_t s, int64_t r, RequestTrace& trace) {
-          v1::Generation::Stub& stub = stubs[s] ? *stubs[s] : *control;
-          return StreamOne(stub, workload, s, r, trace);
-        }));
+        {
+          const CpuBusyMeter server_busy(placement->ServerCpus());
+          const CpuBusyMeter client_busy(placement->ClientCpus());
+          grpc_runs.push_back(RunGrpcLoad(c, workload, stub_of, client_threads));
+          grpc_runs.back().server_cpu_busy = server_busy.Percent();
+          grpc_runs.back().client_cpu_busy = client_busy.Percent();
+        }
         std::fprintf(stderr, " %.0f tokens/s", grpc_runs.back().tokens_per_second());
         if (http_port > 0) {
           std::fprintf(stderr, "; HTTP...");

@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/runtime/torch_runtime.h"
+#include "server/engine/compute_thread.h"
 #include "server/engine/state_signature.h"
 #include "server/http/http_listener.h"
 #include "server/http/http_tls.h"
@@ -67,6 +68,7 @@
 #include "server/process/heap_release.h"
 #include "server/process/listener_watch.h"
 #include "server/process/open_file_limit.h"
+#include "server/process/thread_priority.h"
 #include "server/repository/model_repository.h"
 #include "server/security/call_gate.h"
 #include "server/security/credential_reloader.h"
@@ -653,6 +655,22 @@ void ConfigureRuntime(const ServerConfig& config, uint64_t open_files_limit) {
             {"open_files_limit", static_cast<int64_t>(open_files_limit)}});
 }
 
+// The models, loaded on the compute thread (which starts its OpenMP team
+// there); then --io_thread_nice lowers every other thread, and the gRPC and
+// HTTP threads started afterwards inherit the lowered value.
+absl::StatusOr<std::unique_ptr<ModelRepository>> LoadModels(const ServerConfig& config,
+                                                            const Credentials& credentials,
+                                                            ServerMetrics& metrics) {
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
+      config.model_repository, RepositoryOptionsFor(config, credentials, metrics),
+      config.default_model);
+  if (!repository.ok() || config.io_thread_nice == 0) return repository;
+  absl::StatusOr<int> lowered = performer::server::LowerOtherThreads(
+      config.io_thread_nice, performer::server::kComputeThreadName);
+  if (!lowered.ok()) return lowered.status();
+  return repository;
+}
+
 // What the services share; they report to `metrics` and `request_log`.
 performer::server::ServiceOptions ServiceOptionsFor(const ServerConfig& config,
                                                     const Credentials& credentials,
@@ -660,6 +678,7 @@ performer::server::ServiceOptions ServiceOptionsFor(const ServerConfig& config,
                                                     performer::server::RequestLog& request_log) {
   performer::server::ServiceOptions options;
   options.stream_buffer_tokens = config.stream_buffer_tokens;
+  options.stream_interval = config.stream_interval;
   options.tokens = credentials.tokens.get();
   options.max_priority_unprivileged = config.security.max_priority_unprivileged;
   options.security_observer = &metrics;
@@ -700,6 +719,7 @@ performer::server::OpenAiServiceOptions OpenAiOptionsFor(
     const performer::server::ServiceOptions& services) {
   performer::server::OpenAiServiceOptions options;
   options.start.buffer_tokens = services.stream_buffer_tokens;
+  options.start.tokens_per_message = services.stream_interval;
   options.start.tokens = services.tokens;
   options.start.max_priority_unprivileged = services.max_priority_unprivileged;
   options.start.security_observer = services.security_observer;
@@ -732,9 +752,8 @@ int Run() {
   const int metrics_port = *exposer ? performer::server::MetricsEndpointPort(**exposer) : -1;
 
   ConfigureRuntime(*config, open_files_limit);
-  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Load(
-      config->model_repository, RepositoryOptionsFor(*config, *credentials, metrics),
-      config->default_model);
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      LoadModels(*config, *credentials, metrics);
   if (!repository.ok()) return Fail(1, repository.status().ToString());
   // Serving starts: from here SIGTERM drains.
   const int early_signal = startup_signals.Finish();

@@ -114,6 +114,16 @@ ABSL_FLAG(absl::Duration, session_peer_timeout, absl::Seconds(2),
 ABSL_FLAG(int64_t, stream_buffer_tokens, 1024,
           "Generated tokens a streaming client may fall behind before its stream is ended "
           "with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, stream_interval, 1,
+          "Tokens per streamed message (gRPC streams and Server-Sent Events): a request's first "
+          "token goes out at once, later ones once this many wait, and the rest at the end. "
+          "Larger: fewer, bigger messages, for many streams on few CPUs (docs/serving.md). 1 to "
+          "--stream_buffer_tokens.");
+ABSL_FLAG(int32_t, io_thread_nice, 0,
+          "Added to the nice value of every thread but the model's compute threads (the gRPC, "
+          "HTTP, write and metrics threads): where one CPU runs both, the model's step is not "
+          "preempted by message handling and tokens leave in fewer, larger messages "
+          "(docs/serving.md). 0 to 19; 0 = the same priority.");
 ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
           "Largest gRPC message received or sent, 1 to 2147483647 bytes.");
 ABSL_FLAG(std::string, device, "cpu",
@@ -464,6 +474,15 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       !s.ok()) {
     return s;
   }
+  if (config.io_thread_nice < 0 || config.io_thread_nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--io_thread_nice=", config.io_thread_nice, " is not from 0 to 19"));
+  }
+  if (config.stream_interval < 1 || config.stream_interval > config.stream_buffer_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stream_interval=", config.stream_interval, " must be from 1 to --stream_buffer_tokens (",
+        config.stream_buffer_tokens, "): a stream ends when more tokens than that wait"));
+  }
   if (absl::Status s = CheckAtLeast("intra_op_threads", config.intra_op_threads, 0); !s.ok()) {
     return s;
   }
@@ -490,6 +509,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.repository.decode_step.weight_dtype = *dtype;
   config.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   config.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
+  config.stream_interval = absl::GetFlag(FLAGS_stream_interval);
+  config.io_thread_nice = absl::GetFlag(FLAGS_io_thread_nice);
   config.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   config.liveness_stall = absl::Seconds(absl::GetFlag(FLAGS_liveness_stall_seconds));
   config.grpc = GrpcFromFlags();

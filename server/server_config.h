@@ -83,6 +83,8 @@ struct ServerConfig {
   RepositoryOptions repository;
   int32_t intra_op_threads = 0;  // 0 = one per online CPU
   int64_t stream_buffer_tokens = 1024;
+  int64_t stream_interval = 1;  // tokens per streamed message
+  int32_t io_thread_nice = 0;   // added to every thread's nice but the compute threads'
   absl::Duration drain_timeout = absl::Seconds(30);
   absl::Duration liveness_stall = absl::Seconds(30);
   GrpcConfig grpc;

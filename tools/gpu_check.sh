@@ -2,7 +2,8 @@
 # Builds and runs, on the GPU machine, everything that needs a GPU
 # (docs/gpu.md): the CUDA kernel tests, the fixture-parity suite (its CUDA
 # cases included), performer-serve --device=cuda driven over gRPC by
-# serve_bench (also with the prefix cache in host memory) and by the Python
+# serve_bench (also with the prefix cache in host memory, and with 8 tokens
+# per message at 256 streams) and by the Python
 # client (twice with one prompt: the second resumes from the prefix cache's
 # state, in device memory, then in host memory), the whole-model decode benchmark,
 # the kernel benchmark with flash-linear-attention's prefill timed beside
@@ -196,6 +197,13 @@ if [ "$core" = ON ]; then
       --engine=false --decoder=false --server_binary=build-gpu/server/performer-serve \
       --server_flags=--prefix_cache_on_device=false
     grep -E "^\| [0-9]" "$logs/serve_bench_cache_on_host.log"
+  fi
+  if time_left 60 "serve_bench, 8 tokens per message"; then
+    step serve_bench_interval "$(bin serve_bench)" --device=cuda \
+      --concurrency=256 --requests_per_stream=2 --max_new_tokens=128 --client_cpus=8 \
+      --decoder=false --server_binary=build-gpu/server/performer-serve \
+      --server_flags=--stream_interval=8
+    grep -E "^\| [0-9]" "$logs/serve_bench_interval.log"
   fi
   if time_left 60 "Python client against performer-serve --device=cuda"; then
     python_twice python_device

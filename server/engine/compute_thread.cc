@@ -14,7 +14,7 @@ ComputeThread::ComputeThread() {
   std::promise<std::thread::id> started;
   std::future<std::thread::id> id = started.get_future();
   thread_ = std::thread([this, &started] {
-    NameThisThread("compute");
+    NameThisThread(kComputeThreadName);
     started.set_value(std::this_thread::get_id());
     Loop();
   });

@@ -24,6 +24,9 @@
 
 namespace performer::server {
 
+// The compute thread's name; the OpenMP team it starts inherits it.
+inline constexpr char kComputeThreadName[] = "compute";
+
 class ComputeThread {
  public:
   // The process's compute thread, started on first use. It lives until the

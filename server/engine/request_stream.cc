@@ -18,9 +18,18 @@ bool RequestStream::Append(const StreamChunk& chunk) {
     pending_.text += chunk.text;
     pending_.logprobs.insert(pending_.logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
     pending_.session_position = chunk.session_position;
+    if (!DueLocked()) return true;
   }
   Notify();
   return true;
+}
+
+bool RequestStream::DueLocked() const {
+  if (summary_.has_value() && !summary_taken_) return true;
+  if (notify_every_tokens_ <= 0) return false;
+  const auto waiting = static_cast<int64_t>(pending_.token_ids.size());
+  if (waiting == 0) return !pending_.text.empty();
+  return first_token_due_ || waiting >= notify_every_tokens_;
 }
 
 void RequestStream::Finish(StreamSummary summary) {
@@ -37,7 +46,7 @@ void RequestStream::SetListener(std::function<void()> listener) {
   {
     absl::MutexLock lock(&mu_);
     listener_ = std::move(listener);
-    waiting = !pending_.empty() || (summary_.has_value() && !summary_taken_);
+    waiting = DueLocked();
   }
   if (waiting) Notify();
 }
@@ -45,6 +54,8 @@ void RequestStream::SetListener(std::function<void()> listener) {
 RequestStream::Taken RequestStream::Take() {
   absl::MutexLock lock(&mu_);
   Taken taken;
+  if (!DueLocked()) return taken;
+  if (!pending_.token_ids.empty()) first_token_due_ = false;
   taken.chunk = std::move(pending_);
   pending_ = StreamChunk();
   if (summary_.has_value() && !summary_taken_) {
@@ -52,11 +63,6 @@ RequestStream::Taken RequestStream::Take() {
     summary_taken_ = true;
   }
   return taken;
-}
-
-bool RequestStream::HasPending() const {
-  absl::MutexLock lock(&mu_);
-  return !pending_.empty() || (summary_.has_value() && !summary_taken_);
 }
 
 void RequestStream::RequestCancel(FinishReason reason) {

@@ -46,26 +46,31 @@ struct StreamSummary {
 
 class RequestStream {
  public:
-  // max_buffered_tokens: 0 = unbounded.
-  explicit RequestStream(int64_t max_buffered_tokens = 0)
-      : max_buffered_tokens_(max_buffered_tokens) {}
+  // max_buffered_tokens: 0 = unbounded. notify_every_tokens: the listener
+  // hears of appended tokens once that many wait untaken (of the request's
+  // first token at once), so that a streamed answer goes out in messages of
+  // that many tokens; 0 = only of the finish (an answer sent whole).
+  explicit RequestStream(int64_t max_buffered_tokens = 0, int64_t notify_every_tokens = 1)
+      : max_buffered_tokens_(max_buffered_tokens), notify_every_tokens_(notify_every_tokens) {}
 
   // Engine side. Append returns false (and keeps nothing) when the untaken
   // tokens would exceed the bound. Finish is always accepted, once.
   bool Append(const StreamChunk& chunk);
   void Finish(StreamSummary summary);
 
-  // Consumer side. The listener is called, outside the lock, after every
-  // Append/Finish (and once at once if data is already waiting); it must not
-  // block. Take() removes everything buffered; `summary` is set once the
-  // engine has finished the request and every chunk has been taken.
+  // Consumer side. The listener is called, outside the lock, after an
+  // Append that leaves enough tokens waiting (notify_every_tokens) and after
+  // Finish (and once at once if that much is already waiting); it must not
+  // block. Take() removes everything buffered once that much waits (else
+  // nothing: a consumer that pumps after its own write takes no short
+  // message); `summary` is set once the engine has finished the request and
+  // every chunk has been taken.
   void SetListener(std::function<void()> listener);
   struct Taken {
     StreamChunk chunk;
     std::optional<StreamSummary> summary;
   };
   Taken Take();
-  bool HasPending() const;
 
   // Either side: asks the engine to end the request (it does within a step).
   void RequestCancel(FinishReason reason = FinishReason::kCancelled);
@@ -74,14 +79,18 @@ class RequestStream {
 
  private:
   void Notify();
+  // Whether the listener should hear of what waits now.
+  bool DueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_buffered_tokens_;
+  const int64_t notify_every_tokens_;
   // Taken by the engine thread and by the consumer; never held while the
   // listener runs.
   mutable absl::Mutex mu_;
   StreamChunk pending_ ABSL_GUARDED_BY(mu_);
   std::optional<StreamSummary> summary_ ABSL_GUARDED_BY(mu_);
   bool summary_taken_ ABSL_GUARDED_BY(mu_) = false;
+  bool first_token_due_ ABSL_GUARDED_BY(mu_) = true;  // no token was taken yet
   FinishReason cancel_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
   std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
 };

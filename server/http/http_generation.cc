@@ -185,8 +185,12 @@ void StartHttpGeneration(ModelRepository& repository, GenerationStart start,
   if (const std::string_view routed = http.Header("x-session-id"); !routed.empty()) {
     call.routed_session_id = std::string(routed);
   }
-  // A whole answer is unbounded, as gRPC's unary Generate.
-  if (!stream) start.buffer_tokens = 0;
+  // A whole answer is unbounded and handed over once, as gRPC's unary
+  // Generate.
+  if (!stream) {
+    start.buffer_tokens = 0;
+    start.tokens_per_message = 0;
+  }
   start.retry_pushback_metadata = false;
   auto generation =
       std::make_shared<HttpGeneration>(exchange, stream, std::move(format), std::move(report));

@@ -96,7 +96,15 @@ class StreamWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     FillChunk(request_id_, taken.chunk, &response_);
     if (taken.summary.has_value()) {
       FillSummary(*taken.summary, &response_);
-      final_status_ = ToGrpc(taken.summary->status);
+      const grpc::Status status = ToGrpc(taken.summary->status);
+      if (status.ok()) {
+        // One write carries the last message and the trailers (gRPC sends
+        // no message with a status that is not OK, hence the other way).
+        done_ = true;
+        StartWriteAndFinish(&response_, grpc::WriteOptions(), link_.scope().Sent(status));
+        return;
+      }
+      final_status_ = status;
     }
     writing_ = true;
     StartWrite(&response_);
@@ -175,7 +183,7 @@ GenerationService::GenerationService(ModelRepository& repository, ServiceOptions
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto* writer = new StreamWriter(context, options_.observers);
-  const GenerationStart start = StartSettings(options_, options_.stream_buffer_tokens);
+  const GenerationStart start = StartSettings(options_, /*streamed=*/true);
   const grpc::Status status =
       StartGeneration(repository_, start, context, *request, writer->record(),
                       [writer](const std::string& id, std::shared_ptr<RequestStream> stream) {
@@ -190,7 +198,7 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
                                                       v1::GenerateResponse* response) {
   auto* generator =
       new UnaryGenerator(context, options_.observers, "Generate", kPerformerProtocol, response);
-  const GenerationStart start = StartSettings(options_, /*buffer_tokens=*/0);
+  const GenerationStart start = StartSettings(options_, /*streamed=*/false);
   const grpc::Status status = generator->Start(repository_, start, context, *request);
   if (!status.ok()) generator->FinishNow(status);
   return generator;

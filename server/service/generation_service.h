@@ -20,6 +20,7 @@ namespace performer::server {
 
 struct ServiceOptions {
   int64_t stream_buffer_tokens = 1024;  // slow-reader bound per stream
+  int64_t stream_interval = 1;          // tokens per streamed message (--stream_interval)
   std::vector<RpcObserver*> observers;  // not owned: metrics, request log
   // Who calls: the bearer tokens the server's call gate checks
   // (server/security/call_gate.h), read again here for the caller's name
@@ -32,10 +33,14 @@ struct ServiceOptions {
   SessionPeers* peers = nullptr;                  // not owned; null = sessions do not move in
 };
 
-// How a generation served with `options` starts (StartGeneration).
-inline GenerationStart StartSettings(const ServiceOptions& options, int64_t buffer_tokens) {
+// How a generation served with `options` starts (StartGeneration): its
+// answer streamed, or sent whole.
+inline GenerationStart StartSettings(const ServiceOptions& options, bool streamed) {
   GenerationStart start;
-  start.buffer_tokens = buffer_tokens;
+  if (streamed) {
+    start.buffer_tokens = options.stream_buffer_tokens;
+    start.tokens_per_message = options.stream_interval;
+  }
   start.tokens = options.tokens;
   start.max_priority_unprivileged = options.max_priority_unprivileged;
   start.security_observer = options.security_observer;

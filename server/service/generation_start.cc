@@ -13,7 +13,6 @@
 namespace performer::server {
 namespace {
 
-
 // The wire request as the engine's request: tokenized, with the model's
 // defaults merged in. The engine validates it (Engine::Submit) against the
 // same `bounds` (the repository's, which its engines were given).
@@ -176,7 +175,7 @@ absl::Status StartGeneration(ModelRepository& repository, const GenerationStart&
   record.request_id = request->request_id;
   std::string peers_note;
   if (absl::Status s = BringSession(options, **model, *request, &peers_note); !s.ok()) return s;
-  auto stream = std::make_shared<RequestStream>(options.buffer_tokens);
+  auto stream = std::make_shared<RequestStream>(options.buffer_tokens, options.tokens_per_message);
   // The listener is attached before the engine can produce anything.
   attach(request->request_id, stream);
   absl::Status submitted = (*model)->engine->Submit(std::move(*request), stream);

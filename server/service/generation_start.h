@@ -56,7 +56,11 @@ using AttachGeneration =
 
 // How a front end's generations start.
 struct GenerationStart {
-  int64_t buffer_tokens = 0;  // slow-reader bound; 0 = unbounded (unary)
+  // A streamed answer: the slow-reader bound (untaken tokens) and the
+  // tokens per message (RequestStream's notify_every_tokens). An answer
+  // sent whole (unary): both 0, unbounded and handed over once at the end.
+  int64_t buffer_tokens = 0;
+  int64_t tokens_per_message = 0;
   // Overload also sets the grpc-retry-pushback-ms trailing metadata (not on
   // a stream that carries several requests; gRPC only).
   bool retry_pushback_metadata = true;

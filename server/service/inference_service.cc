@@ -181,8 +181,7 @@ class InferenceService::StreamInfer final
       status = ToGrpc(InProtocolTerms(call.status()));
     } else {
       g->reply = std::move(call->reply);
-      GenerationStart start =
-          StartSettings(service_.options_, service_.options_.stream_buffer_tokens);
+      GenerationStart start = StartSettings(service_.options_, /*streamed=*/true);
       start.retry_pushback_metadata = false;
       status = InTerms(StartGeneration(
           service_.repository_, start, context_, call->generate, g->scope.record(),
@@ -416,7 +415,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   auto* infer = new UnaryInfer(context, options_.observers, response);
-  const GenerationStart start = StartSettings(options_, /*buffer_tokens=*/0);
+  const GenerationStart start = StartSettings(options_, /*streamed=*/false);
   infer->Begin(repository_, start, context, *request);
   return infer;
 }

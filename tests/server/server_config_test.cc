@@ -122,6 +122,32 @@ TEST_F(ServerConfigTest, EveryBoundIsChecked) {
   }
 }
 
+TEST_F(ServerConfigTest, TheStreamIntervalAndTheIoNiceAreBounded) {
+  Set("stream_interval", "8");
+  Set("io_thread_nice", "5");
+  absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->stream_interval, 8);
+  EXPECT_EQ(config->io_thread_nice, 5);
+  for (const char* interval : {"0", "1025"}) {
+    absl::FlagSaver restore;
+    Set("stream_interval", interval);
+    const std::string refusal = Refusal();
+    EXPECT_NE(refusal.find("--stream_interval=" + std::string(interval) +
+                           " must be from 1 to --stream_buffer_tokens (1024)"),
+              std::string::npos)
+        << refusal;
+  }
+  for (const char* nice : {"-1", "20"}) {
+    absl::FlagSaver restore;
+    Set("io_thread_nice", nice);
+    const std::string refusal = Refusal();
+    EXPECT_NE(refusal.find("--io_thread_nice=" + std::string(nice) + " is not from 0 to 19"),
+              std::string::npos)
+        << refusal;
+  }
+}
+
 TEST_F(ServerConfigTest, PortsAreTcpPorts) {
   for (const std::string flag : {"port", "health_port", "metrics_port"}) {
     SCOPED_TRACE(flag);

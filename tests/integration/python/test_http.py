@@ -315,6 +315,52 @@ class HttpWithoutChatTemplateTest(unittest.TestCase):
             server.stop()
 
 
+class StreamIntervalTest(unittest.TestCase):
+    """--stream_interval=4: a request's first token goes out at once, later
+    ones in messages of 4, the rest with the end; over gRPC and Server-Sent
+    Events alike, and the same tokens as the whole answer."""
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        # 20 ms steps: each message leaves before the next token is made, so
+        # the sizes are exactly the interval's.
+        cls.server = HttpServer(["--max_batch=2", "--stream_interval=4", "--step_delay_ms=20"],
+                                name="http-interval").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server is not None:
+            cls.server.stop()
+
+    def test_grpc_messages_carry_the_interval(self):
+        req = harness.pb.GenerateRequest(prompt_text=PROMPT, max_new_tokens=11,
+                                         temperature=0.0, ignore_eos=True)
+        stream = harness.collect_stream(self.server.stub, req)
+        self.assertEqual(stream.code, harness.grpc.StatusCode.OK, stream)
+        sizes = [len(m.token_ids) for m in stream.messages]
+        self.assertEqual(sizes, [1, 4, 4, 2])
+        self.assertEqual(stream.messages[-1].finish_reason, harness.pb.FINISH_REASON_LENGTH)
+        whole = self.server.stub.Generate(req, timeout=60)
+        self.assertEqual(stream.tokens, list(whole.token_ids))
+        self.assertEqual(stream.text, whole.text)
+
+    def test_sse_events_carry_the_interval(self):
+        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 11, "temperature": 0,
+                "ignore_eos": True}
+        status, _, whole = self.server.post("/v1/completions", body)
+        self.assertEqual(status, 200, whole)
+        raw = raw_exchange(self.server.http_port, completion_request(dict(body, stream=True)))
+        events = dechunk(raw.partition(b"\r\n\r\n")[2]).decode().split("\n\n")
+        texts = [json.loads(e[len("data: "):])["choices"][0]["text"]
+                 for e in events if e.startswith("data: {")]
+        texts = [t for t in texts if t]
+        # 11 tokens: 1, 4, 4, then the last 2 (a byte tokenizer may hold a
+        # part of a character back, never a whole message's).
+        self.assertEqual(len(texts), 4, texts)
+        self.assertEqual("".join(texts), json.loads(whole)["choices"][0]["text"])
+
+
 class HttpDrainTest(unittest.TestCase):
     def test_drain_answers_503_with_retry_after_and_finishes_running_streams(self):
         server = HttpServer(["--max_batch=2", "--step_delay_ms=20", "--drain_timeout=30s"],
