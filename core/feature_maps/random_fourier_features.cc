@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "core/attention/linear_rows.h"
 
 namespace performer {
 
@@ -83,6 +86,18 @@ torch::Tensor RandomFourierFeaturesImpl::Project(const torch::Tensor& xs) const 
               ": expected inputs with a last axis of size ", query_dims(), ", got ", xs.sizes());
   const torch::Tensor omega =
       omega_.scalar_type() == xs.scalar_type() ? omega_ : omega_.to(xs.scalar_type());
+  const int64_t d = xs.size(-1);
+  const int64_t rows = d > 0 ? xs.numel() / d : 0;
+  if (!torch::GradMode::is_enabled() && rows > 0 && xs.device().is_cpu() &&
+      xs.scalar_type() == torch::kFloat) {
+    // Inference: each row's features from one product in a fixed order
+    // (core/attention/linear_rows.h), the same bits whatever the other rows
+    // (a prompt's chunking, a step's batch), which sgemm does not promise.
+    std::vector<int64_t> shape = xs.sizes().vec();
+    shape.back() = omega.size(1);
+    return LinearRows(omega.t().contiguous(), torch::Tensor(), xs.reshape({rows, d}).contiguous())
+        .view(shape);
+  }
   return torch::matmul(xs, omega);
 }
 

@@ -324,7 +324,7 @@ class StreamIntervalTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         # 20 ms steps: each message leaves before the next token is made, so
-        # the sizes are exactly the interval's.
+        # the sizes are the interval's.
         cls.server = HttpServer(["--max_batch=2", "--stream_interval=4", "--step_delay_ms=20"],
                                 name="http-interval").start()
 
@@ -339,7 +339,12 @@ class StreamIntervalTest(unittest.TestCase):
         stream = harness.collect_stream(self.server.stub, req)
         self.assertEqual(stream.code, harness.grpc.StatusCode.OK, stream)
         sizes = [len(m.token_ids) for m in stream.messages]
-        self.assertEqual(sizes, [1, 4, 4, 2])
+        # The prompt's token and the first step's may come in one engine
+        # iteration, before the writer runs: then the first message has 2.
+        self.assertIn(sizes[0], (1, 2), sizes)
+        self.assertEqual(sizes[1:3], [4, 4], sizes)
+        self.assertEqual(sum(sizes), 11, sizes)
+        self.assertEqual(len(sizes), 4, sizes)
         self.assertEqual(stream.messages[-1].finish_reason, harness.pb.FINISH_REASON_LENGTH)
         whole = self.server.stub.Generate(req, timeout=60)
         self.assertEqual(stream.tokens, list(whole.token_ids))
@@ -355,8 +360,8 @@ class StreamIntervalTest(unittest.TestCase):
         texts = [json.loads(e[len("data: "):])["choices"][0]["text"]
                  for e in events if e.startswith("data: {")]
         texts = [t for t in texts if t]
-        # 11 tokens: 1, 4, 4, then the last 2 (a byte tokenizer may hold a
-        # part of a character back, never a whole message's).
+        # 11 tokens: 1 (or 2), 4, 4, then the rest (a byte tokenizer may hold
+        # a part of a character back, never a whole message's).
         self.assertEqual(len(texts), 4, texts)
         self.assertEqual("".join(texts), json.loads(whole)["choices"][0]["text"])
 
