@@ -505,63 +505,12 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-// One streaming request over gRPC.
-absl::Status StreamOne(v1::Generation::Stub& stub, const Workload& workload, int64_t s, int64_t r,
-                       RequestTrace& trace) {
-  v1::GenerateRequest request;
-  const std::vector<int32_t> prompt =
-      Prompt(s, workload.first_request + r, workload.prompt_tokens, workload.vocab);
-  request.mutable_prompt_tokens()->mutable_ids()->Assign(prompt.begin(), prompt.end());
-  request.set_max_new_tokens(static_cast<int32_t>(workload.max_new_tokens));
-  request.set_temperature(0.0f);
-  request.set_ignore_eos(true);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoNanoseconds(workload.request_timeout));
-  const Clock::time_point start = Clock::now();
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      stub.GenerateStream(&context, request);
-  v1::GenerateResponse response;
-  bool got_last = false;
-  while (reader->Read(&response)) {
-    trace.Arrived(start, Clock::now(), response.token_ids_size());
-    got_last = response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-  }
-  if (got_last) return FromGrpc(reader->Finish());
-  // No last message: an error status, which has arrived already, or a
-  // message that failed to parse, after which gRPC leaves the call open
-  // until its deadline. Give Finish a moment, then cancel.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false, cancelled = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished; })) {
-      cancelled = true;
-      context.TryCancel();
-    }
-  });
-  grpc::Status status = reader->Finish();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    finished = true;
-  }
-  cv.notify_one();
-  watchdog.join();
-  if (cancelled) {
-    return absl::InternalError(
-        "the stream broke off before its last message (a response that could not be parsed, "
-        "e.g. text that is not valid UTF-8?)");
-  }
-  return FromGrpc(status);
-}
-
 // Streams over gRPC from `client_threads` threads, each driving its share of
 // the streams (stream s on thread s % client_threads) through its own
 // completion queue: the client's cost per message is a completion, not a
 // thread wake-up, so that the load generator is not what limits hundreds of
-// streams. Each stream runs its requests back to back, as StreamOne's
-// callers do; stubs[s] is stream s's channel.
+// streams. Each stream runs its requests back to back; stubs[s] is stream
+// s's channel.
 LoadResult RunGrpcLoad(int64_t concurrency, const Workload& workload,
                        const std::vector<v1::Generation::Stub*>& stubs, int client_threads) {
   // One request; its address is the tag of its steps.
@@ -777,7 +726,7 @@ class SseConnection {
   std::string in_;
 };
 
-// One streaming completion over HTTP: the same request as StreamOne's
+// One streaming completion over HTTP: the same request as RunGrpcLoad's
 // (token ids, greedy, ignore_eos). The events carry text, not token ids:
 // each event counts as one arrival, and the request's tokens are the usage
 // chunk's completion_tokens.
@@ -1485,9 +1434,11 @@ int Run() {
     {
       Workload warm = workload;
       warm.max_new_tokens = std::min<int64_t>(8, workload.max_new_tokens);
-      RequestTrace trace;
-      if (absl::Status s = StreamOne(*control, warm, 999, 0, trace); !s.ok()) {
-        std::fprintf(stderr, "serve_bench: warm-up request failed: %s\n", s.ToString().c_str());
+      warm.requests_per_stream = 1;
+      const LoadResult warmed = RunGrpcLoad(1, warm, {control.get()}, 1);
+      if (warmed.errors > 0) {
+        std::fprintf(stderr, "serve_bench: warm-up request failed: %s\n",
+                     warmed.first_error.c_str());
         return 1;
       }
     }
