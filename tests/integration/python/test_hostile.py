@@ -248,22 +248,21 @@ class RetryHintTest(unittest.TestCase):
         # Requests served to their end time the service.
         for _ in range(3):
             stub.Generate(self.long_request(), timeout=60)
-        runner = threading.Thread(target=lambda: stub.Generate(self.long_request(), timeout=60))
+        # The long one holds the only slot once its first token arrives; a
+        # probe sent before that could take the slot and refuse it instead.
+        long_stream = stub.GenerateStream(self.long_request(), timeout=60)
+        next(long_stream)
+        runner = threading.Thread(target=lambda: list(long_stream))
         runner.start()
         try:
-            hint_ms = None
-            refused_at = None
-            deadline = time.monotonic() + 30
-            while hint_ms is None and time.monotonic() < deadline:
-                try:
-                    stub.Generate(harness.request(DECODER, [1], max_new_tokens=1), timeout=30)
-                    time.sleep(0.01)  # the long one has not started yet
-                except grpc.RpcError as e:
-                    self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
-                    trailing = dict(e.trailing_metadata() or ())
-                    hint_ms = int(trailing["grpc-retry-pushback-ms"])
-                    refused_at = time.monotonic()
-            self.assertIsNotNone(hint_ms, "no request was refused")
+            with self.assertRaises(grpc.RpcError, msg="a request was admitted while the "
+                                   "only slot was busy") as refused:
+                stub.Generate(harness.request(DECODER, [1], max_new_tokens=1), timeout=30)
+            refused_at = time.monotonic()
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             refused.exception.details())
+            trailing = dict(refused.exception.trailing_metadata() or ())
+            hint_ms = int(trailing["grpc-retry-pushback-ms"])
             # Retry until one is admitted: the real wait.
             while True:
                 try:
