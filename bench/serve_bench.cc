@@ -88,6 +88,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -108,6 +109,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/generation_request.h"
 #include "server/engine/request_stream.h"
+#include "server/engine/state_reuse_options.h"
 #include "server/repository/model_repository.h"
 #include "tests/testing/remove_tree.h"
 
@@ -767,18 +769,26 @@ absl::Status HttpStreamOne(SseConnection& connection, const std::string& model,
 // The --stream_interval among --server_flags (1 when none): the in-process
 // engine's streams hand their tokens over in as many at a time, so that the
 // two sides deliver alike and their ratio is what gRPC costs.
-int64_t ServedStreamInterval() {
-  int64_t interval = 1;
+// The value of --`name` in --server_flags (the last one given), if any.
+std::optional<std::string> ServerFlag(std::string_view name) {
+  std::optional<std::string> value;
+  const std::string prefix = "--" + std::string(name) + "=";
   for (const std::string& flag : absl::GetFlag(FLAGS_server_flags)) {
-    constexpr std::string_view kFlag = "--stream_interval=";
-    if (flag.rfind(kFlag, 0) != 0) continue;
-    int64_t parsed = 0;
-    if (absl::SimpleAtoi(flag.substr(kFlag.size()), &parsed) && parsed > 0) {
-      interval = parsed;
-    }
+    if (absl::StartsWith(flag, prefix)) value = flag.substr(prefix.size());
   }
-  return interval;
+  return value;
 }
+
+// An integer server flag's value, or `fallback` (the server's default) when
+// it is absent or not an integer of at least `min`.
+int64_t ServedInteger(std::string_view name, int64_t fallback, int64_t min) {
+  int64_t parsed = 0;
+  const std::optional<std::string> value = ServerFlag(name);
+  return value.has_value() && absl::SimpleAtoi(*value, &parsed) && parsed >= min ? parsed
+                                                                                 : fallback;
+}
+
+int64_t ServedStreamInterval() { return ServedInteger("stream_interval", 1, 1); }
 
 // One request straight to the engine. The wake-up state is shared with the
 // listener, which the engine thread may still be running when this returns.
@@ -997,15 +1007,10 @@ absl::StatusOr<DecoderRates> DecoderTokensPerSecondHere(const std::string& model
 // The --weight_dtype among --server_flags (fp32 when none): the engine and
 // the decoder measured beside the server serve the model in it too.
 models::WeightDtype ServedWeightDtype() {
-  models::WeightDtype dtype = models::WeightDtype::kFloat32;
-  for (const std::string& flag : absl::GetFlag(FLAGS_server_flags)) {
-    constexpr std::string_view kFlag = "--weight_dtype=";
-    if (flag.rfind(kFlag, 0) != 0) continue;
-    const std::optional<models::WeightDtype> parsed =
-        models::ParseWeightDtype(std::string_view(flag).substr(kFlag.size()));
-    if (parsed.has_value()) dtype = *parsed;
-  }
-  return dtype;
+  const std::optional<std::string> value = ServerFlag("weight_dtype");
+  const std::optional<models::WeightDtype> parsed =
+      value.has_value() ? models::ParseWeightDtype(*value) : std::nullopt;
+  return parsed.value_or(models::WeightDtype::kFloat32);
 }
 
 // On the compute thread, where the engine runs its steps too
@@ -1454,6 +1459,12 @@ int Run() {
       options.max_batch = max_concurrency;
       options.device = device;
       options.decode_step.weight_dtype = ServedWeightDtype();
+      // The server's prefix cache (its default budget unless --server_flags
+      // sets one): both sides then store and look up alike, and the ratio
+      // is what the message path costs.
+      options.engine.prefix_cache.max_bytes =
+          ServedInteger("prefix_cache_bytes", server::kServerPrefixCacheBytes, 0);
+      options.engine.prefix_cache.interval_tokens = options.engine.prefill_chunk_tokens;
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       // The engine's threads are the measured side's.
       if (!Pinned(placement->PinToServer())) return 1;

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/engine/state_reuse_options.h"
 #include "server/service/session_peers.h"
 
 #ifndef PERFORMER_DEFAULT_MODEL_REPOSITORY
@@ -58,7 +59,7 @@ ABSL_FLAG(int64_t, prefill_chunk_tokens, 512,
           "per-step prefill budget (longer prompts continue chunk by chunk in later steps).");
 ABSL_FLAG(int64_t, max_prefills_per_step, 4,
           "Prefill forwards per engine step (each passes over the weights once).");
-ABSL_FLAG(int64_t, prefix_cache_bytes, int64_t{256} << 20,
+ABSL_FLAG(int64_t, prefix_cache_bytes, performer::server::kServerPrefixCacheBytes,
           "Per model: memory for the prefix-state cache (the state after prompt prefixes, "
           "reused by later prompts that start the same way); 0 turns it off. Separate from "
           "--state_memory_bytes: a full cache evicts, it never refuses a request.");

@@ -224,6 +224,18 @@ void WindowedLocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::T
   ring_v.index_copy_(2, index, v.narrow(2, start, n - start));
 }
 
+WindowedLocalAttentionImpl::RingTables WindowedLocalAttentionImpl::MakeRingTables() const {
+  const torch::Tensor inv_freq = inv_freq_.to(torch::kCPU, torch::kFloat);
+  const torch::Tensor angles =
+      HalfRotaryAngles(torch::arange(2 * window_size_, inv_freq.options()), inv_freq);
+  return {angles.cos().contiguous(), angles.sin().contiguous()};
+}
+
+void WindowedLocalAttentionImpl::PrepareForDecoding() {
+  torch::NoGradGuard no_grad;
+  ring_tables_ = MakeRingTables();
+}
+
 torch::Tensor WindowedLocalAttentionImpl::RingAttention(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& start, const torch::Tensor& ring_k, const torch::Tensor& ring_v) const {
@@ -232,8 +244,7 @@ torch::Tensor WindowedLocalAttentionImpl::RingAttention(
   torch::Tensor qc = q.to(torch::kFloat).contiguous(), kc = k.to(torch::kFloat).contiguous();
   torch::Tensor vc = v.to(torch::kFloat).contiguous();
   torch::Tensor first = start.to(torch::kLong).contiguous();
-  torch::Tensor angles = HalfRotaryAngles(torch::arange(2 * w, qc.options()), inv_freq_);
-  torch::Tensor cos = angles.cos().contiguous(), sin = angles.sin().contiguous();
+  const RingTables tables = ring_tables_.cos.defined() ? ring_tables_ : MakeRingTables();
   torch::Tensor out = torch::empty_like(qc);
   const RingScan args{qc.data_ptr<float>(),
                       kc.data_ptr<float>(),
@@ -241,8 +252,8 @@ torch::Tensor WindowedLocalAttentionImpl::RingAttention(
                       first.data_ptr<int64_t>(),
                       ring_k.data_ptr<float>(),
                       ring_v.data_ptr<float>(),
-                      cos.data_ptr<float>(),
-                      sin.data_ptr<float>(),
+                      tables.cos.data_ptr<float>(),
+                      tables.sin.data_ptr<float>(),
                       out.data_ptr<float>(),
                       tokens,
                       heads,

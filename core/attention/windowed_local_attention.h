@@ -51,9 +51,19 @@ class WindowedLocalAttentionImpl : public torch::nn::Module {
   void InitRing(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& ring_k,
                 const torch::Tensor& ring_v) const;
 
+  // Makes the CPU ring loop's rotary tables (the cos and sin of every
+  // window-relative slot, from inv_freq as it is now) once instead of on
+  // every Step and Extend; the same bits either way. Call after loading.
+  void PrepareForDecoding();
+
   int64_t window_size() const { return window_size_; }
 
  private:
+  struct RingTables {
+    torch::Tensor cos, sin;  // [2w, d] float32 on the CPU
+  };
+  RingTables MakeRingTables() const;
+
   // The CPU form of Step and Extend: q, k, v [C, T, lh, d], start [C]
   // (int64, each sequence's first position), rings [C, lh, 2w, d].
   torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k,
@@ -70,6 +80,7 @@ class WindowedLocalAttentionImpl : public torch::nn::Module {
   bool causal_;
   double dropout_;
   torch::Tensor inv_freq_;
+  RingTables ring_tables_;  // PrepareForDecoding; undefined: made per call
 };
 TORCH_MODULE(WindowedLocalAttention);
 

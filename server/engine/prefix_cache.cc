@@ -89,12 +89,13 @@ void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
                 (entry.logits.defined() ? entry.logits.numel() * entry.logits.element_size() : 0);
   entry.state = std::make_shared<const StateSnapshot>(std::move(state));
   if (entry.bytes > options_.max_bytes) return;
+  const uint64_t key = KeyOf(scope, prompt, length);
   absl::MutexLock lock(&mu_);
-  if (auto it = FindLocked(scope, prompt, length); it != lru_.end()) EraseLocked(it);
+  if (auto it = FindLocked(scope, prompt, length, key); it != lru_.end()) EraseLocked(it);
   stats_.bytes += entry.bytes;
   ++stats_.entries;
   lru_.push_front(std::move(entry));
-  index_.emplace(KeyOf(scope, prompt, length), lru_.begin());
+  index_.emplace(key, lru_.begin());
   EvictLocked();
 }
 

@@ -13,6 +13,10 @@
 
 namespace performer::server {
 
+// The server's prefix-cache budget per model unless --prefix_cache_bytes
+// says otherwise (a library user's engine starts without a cache).
+inline constexpr int64_t kServerPrefixCacheBytes = int64_t{256} << 20;
+
 struct PrefixCacheOptions {
   int64_t max_bytes = 0;          // 0: off
   int64_t interval_tokens = 512;  // a multiple of the engine's prefill chunk

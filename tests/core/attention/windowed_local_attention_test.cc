@@ -54,5 +54,38 @@ TEST(LocalAttentionTest, ExtendNeedsCausalAttentionAndOneSequence) {
   EXPECT_THROW(causal->Extend(two, two, two, 0, ring, ring_v), c10::Error);
 }
 
+// The rotary tables PrepareForDecoding keeps are the ones a step would make:
+// float32 steps (the CPU ring loop) give the same bits prepared or not, and
+// preparing again after new frequencies are loaded follows them.
+TEST(LocalAttentionTest, PreparedRingTablesGiveTheSameBits) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  constexpr int64_t kRows = 3, kSteps = 2 * kWindow + 3;
+  WindowedLocalAttention per_call(kDim, kWindow, /*causal=*/true);
+  WindowedLocalAttention prepared(kDim, kWindow, /*causal=*/true);
+  const auto steps_equal = [&] {
+    torch::Tensor ring_k = torch::zeros({kRows, kHeads, 2 * kWindow, kDim});
+    torch::Tensor ring_v = torch::zeros_like(ring_k);
+    torch::Tensor prepared_k = ring_k.clone(), prepared_v = ring_v.clone();
+    for (int64_t p = 0; p < kSteps; ++p) {
+      const torch::Tensor q = torch::randn({kRows, kHeads, kDim});
+      const torch::Tensor k = torch::randn({kRows, kHeads, kDim});
+      const torch::Tensor v = torch::randn({kRows, kHeads, kDim});
+      const torch::Tensor positions = torch::full({kRows}, p, torch::kLong);
+      const torch::Tensor expected = per_call->Step(q, k, v, positions, ring_k, ring_v);
+      const torch::Tensor got = prepared->Step(q, k, v, positions, prepared_k, prepared_v);
+      if (!torch::equal(expected, got)) return false;
+    }
+    return true;
+  };
+  prepared->PrepareForDecoding();
+  EXPECT_TRUE(steps_equal());
+  for (WindowedLocalAttention* attention : {&per_call, &prepared}) {
+    (*attention)->named_buffers()["rel_pos.inv_freq"].mul_(3.0);
+  }
+  prepared->PrepareForDecoding();
+  EXPECT_TRUE(steps_equal());
+}
+
 }  // namespace
 }  // namespace performer::models
