@@ -1465,6 +1465,8 @@ int Run() {
       options.engine.prefix_cache.max_bytes =
           ServedInteger("prefix_cache_bytes", server::kServerPrefixCacheBytes, 0);
       options.engine.prefix_cache.interval_tokens = options.engine.prefill_chunk_tokens;
+      options.engine.max_prefills_per_step =
+          ServedInteger("max_prefills_per_step", options.engine.max_prefills_per_step, 1);
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       // The engine's threads are the measured side's.
       if (!Pinned(placement->PinToServer())) return 1;
