@@ -1467,6 +1467,8 @@ int Run() {
       options.engine.prefix_cache.interval_tokens = options.engine.prefill_chunk_tokens;
       options.engine.max_prefills_per_step =
           ServedInteger("max_prefills_per_step", options.engine.max_prefills_per_step, 1);
+      options.engine.stream_messages_per_step =
+          ServedInteger("stream_messages_per_step", options.engine.stream_messages_per_step, 0);
       std::fprintf(stderr, "serve_bench: loading %s in-process\n", repository.c_str());
       // The engine's threads are the measured side's.
       if (!Pinned(placement->PinToServer())) return 1;

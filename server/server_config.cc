@@ -120,6 +120,11 @@ ABSL_FLAG(int64_t, stream_interval, 1,
           "token goes out at once, later ones once this many wait, and the rest at the end. "
           "Larger: fewer, bigger messages, for many streams on few CPUs (docs/serving.md). 1 to "
           "--stream_buffer_tokens.");
+ABSL_FLAG(int64_t, stream_messages_per_step, 0,
+          "With many streams, about this many streamed messages per decode step: a step of n "
+          "sequences sends each in messages of at least n / this tokens (and at least "
+          "--stream_interval), so that few streams get every token at once and many share the "
+          "message path (docs/serving.md). 0 = off: --stream_interval alone.");
 ABSL_FLAG(int32_t, io_thread_nice, 0,
           "Added to the nice value of every thread but the model's compute threads (the gRPC, "
           "HTTP, write and metrics threads): where one CPU runs both, the model's step is not "
@@ -258,6 +263,7 @@ absl::Status CheckEngine(const RepositoryOptions& repository) {
         std::make_tuple("max_queue", engine.max_queue, int64_t{0}),
         std::make_tuple("prefill_chunk_tokens", engine.prefill_chunk_tokens, int64_t{1}),
         std::make_tuple("max_prefills_per_step", engine.max_prefills_per_step, int64_t{1}),
+        std::make_tuple("stream_messages_per_step", engine.stream_messages_per_step, int64_t{0}),
         std::make_tuple("prefix_cache_bytes", engine.prefix_cache.max_bytes, int64_t{0}),
         std::make_tuple("session_bytes", engine.sessions.max_bytes, int64_t{0})}) {
     if (absl::Status s = CheckAtLeast(flag, value, least); !s.ok()) return s;
@@ -358,6 +364,7 @@ RepositoryOptions RepositoryFromFlags() {
   engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   engine.max_prefills_per_step = absl::GetFlag(FLAGS_max_prefills_per_step);
+  engine.stream_messages_per_step = absl::GetFlag(FLAGS_stream_messages_per_step);
   engine.caller_slot_share = absl::GetFlag(FLAGS_caller_slot_share);
   engine.caller_queue_share = absl::GetFlag(FLAGS_caller_queue_share);
   engine.caller_session_share = absl::GetFlag(FLAGS_caller_session_share);

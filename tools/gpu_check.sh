@@ -205,6 +205,13 @@ if [ "$core" = ON ]; then
       --server_flags=--stream_interval=8
     grep -E "^\| [0-9]" "$logs/serve_bench_interval.log"
   fi
+  if time_left 60 "serve_bench, about 8 messages per step"; then
+    step serve_bench_messages_per_step "$(bin serve_bench)" --device=cuda \
+      --concurrency=256 --requests_per_stream=2 --max_new_tokens=128 --client_cpus=8 \
+      --decoder=false --server_binary=build-gpu/server/performer-serve \
+      --server_flags=--stream_messages_per_step=8,--max_prefills_per_step=64
+    grep -E "^\| [0-9]" "$logs/serve_bench_messages_per_step.log"
+  fi
   if time_left 60 "Python client against performer-serve --device=cuda"; then
     python_twice python_device
     python_twice python_host --prefix_cache_on_device=false

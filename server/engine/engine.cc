@@ -96,8 +96,8 @@ Engine::Engine(std::string model_name, std::unique_ptr<decoding::SequenceDecoder
   scheduling.max_running_per_caller = CallerShare(options_.caller_slot_share, scheduling.capacity);
   scheduling.max_queued_per_caller = CallerShare(options_.caller_queue_share, scheduling.max_queue);
   scheduler_ = std::make_unique<Scheduler>(scheduling);
-  output_ =
-      std::make_unique<OutputProcessor>(tokenizer, runner_->info().max_seq_len, options_.observer);
+  output_ = std::make_unique<OutputProcessor>(tokenizer, runner_->info().max_seq_len,
+                                              options_.observer, options_.stream_messages_per_step);
   PrefixCacheOptions prefix = options_.prefix_cache;
   if (!ReusesStates()) prefix.max_bytes = 0;
   prefix_cache_ = std::make_unique<PrefixStateCache>(prefix);

@@ -66,6 +66,10 @@ struct EngineOptions {
   // prompts of one length fed as one forward count once (scheduler.h).
   int64_t max_prefills_per_step = 4;
   bool batched_prefill_is_one_forward = false;
+  // > 0: a decode step of n sequences streams messages of at least
+  // ceil(n / this) tokens (OutputProcessor), so that the step's messages stay
+  // about this many at any number of streams; 0: each stream's own interval.
+  int64_t stream_messages_per_step = 0;
   // The most one named caller may hold: this share of the slots at once,
   // and this share of max_queue waiting beyond them (SchedulerOptions'
   // per-caller bounds, at least 1 each), and this share of

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,8 +27,11 @@ std::vector<torch::Tensor> Flat(const std::vector<torch::Tensor>& rows) {
 }  // namespace
 
 OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, int64_t max_seq_len,
-                                 EngineObserver* observer)
-    : tokenizer_(tokenizer), max_seq_len_(max_seq_len), observer_(observer) {}
+                                 EngineObserver* observer, int64_t stream_messages_per_step)
+    : tokenizer_(tokenizer),
+      max_seq_len_(max_seq_len),
+      observer_(observer),
+      stream_messages_per_step_(stream_messages_per_step) {}
 
 void OutputProcessor::Attach(ScheduledSequence& s) const {
   auto output = std::make_unique<SequenceOutput>(s.request.sampling);
@@ -81,18 +85,23 @@ int64_t OutputProcessor::Emit(const std::vector<ScheduledSequence*>& sequences,
     logprobs.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
   }
   const absl::Time now = absl::Now();
+  const auto n = static_cast<int64_t>(sequences.size());
+  const int64_t load_tokens_per_message =
+      stream_messages_per_step_ > 0
+          ? std::max<int64_t>(1, (n + stream_messages_per_step_ - 1) / stream_messages_per_step_)
+          : 1;
   size_t next_logprob = 0;
   int64_t emitted = 0;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const float* logprob = nullptr;
     if (sequences[i]->request.return_logprobs) logprob = &logprobs[next_logprob++];
-    if (EmitOne(*sequences[i], tokens[i], logprob, now)) ++emitted;
+    if (EmitOne(*sequences[i], tokens[i], logprob, now, load_tokens_per_message)) ++emitted;
   }
   return emitted;
 }
 
 bool OutputProcessor::EmitOne(ScheduledSequence& s, int64_t token, const float* logprob,
-                              absl::Time now) {
+                              absl::Time now, int64_t load_tokens_per_message) {
   SequenceOutput& out = *s.output;
   if (s.generated == 0) {
     s.first_token = now;
@@ -121,7 +130,7 @@ bool OutputProcessor::EmitOne(ScheduledSequence& s, int64_t token, const float* 
       chunk.text += out.text->Flush();
     }
   }
-  if (!s.stream->Append(chunk)) {
+  if (!s.stream->Append(chunk, load_tokens_per_message)) {
     s.End(FinishReason::kError,
           absl::ResourceExhaustedError(absl::StrCat("the client read too slowly: more than ",
                                                     s.request.max_buffered_tokens,

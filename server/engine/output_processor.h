@@ -35,8 +35,13 @@ struct SequenceOutput {
 class OutputProcessor {
  public:
   // `tokenizer` (may be null: token ids only) and `observer` (may be null)
-  // are not owned and must outlive the processor.
-  OutputProcessor(const Tokenizer* tokenizer, int64_t max_seq_len, EngineObserver* observer);
+  // are not owned and must outlive the processor. `stream_messages_per_step`
+  // > 0: an Emit of n sequences asks their streams for messages of at least
+  // ceil(n / stream_messages_per_step) tokens (RequestStream::Append), so
+  // that the messages per step stay about that many however many stream;
+  // 0: every stream's own interval.
+  OutputProcessor(const Tokenizer* tokenizer, int64_t max_seq_len, EngineObserver* observer,
+                  int64_t stream_messages_per_step = 0);
 
   // Gives a sequence its output state, before its first token.
   void Attach(ScheduledSequence& sequence) const;
@@ -53,11 +58,13 @@ class OutputProcessor {
 
  private:
   // False when the stream refused the token (slow reader).
-  bool EmitOne(ScheduledSequence& sequence, int64_t token, const float* logprob, absl::Time now);
+  bool EmitOne(ScheduledSequence& sequence, int64_t token, const float* logprob, absl::Time now,
+               int64_t load_tokens_per_message);
 
   const Tokenizer* tokenizer_;
   const int64_t max_seq_len_;
   EngineObserver* observer_;
+  const int64_t stream_messages_per_step_;
 };
 
 }  // namespace performer::server

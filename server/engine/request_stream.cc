@@ -1,13 +1,18 @@
 #include "server/engine/request_stream.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace performer::server {
 
-bool RequestStream::Append(const StreamChunk& chunk) {
+bool RequestStream::Append(const StreamChunk& chunk, int64_t load_tokens_per_message) {
   {
     absl::MutexLock lock(&mu_);
     if (summary_.has_value()) return false;
+    load_tokens_per_message_ = load_tokens_per_message;
+    if (max_buffered_tokens_ > 0) {
+      load_tokens_per_message_ = std::min(load_tokens_per_message_, max_buffered_tokens_ / 2);
+    }
     const int64_t untaken = static_cast<int64_t>(pending_.token_ids.size());
     if (max_buffered_tokens_ > 0 &&
         untaken + static_cast<int64_t>(chunk.token_ids.size()) > max_buffered_tokens_) {
@@ -29,7 +34,7 @@ bool RequestStream::DueLocked() const {
   if (notify_every_tokens_ <= 0) return false;
   const auto waiting = static_cast<int64_t>(pending_.token_ids.size());
   if (waiting == 0) return !pending_.text.empty();
-  return first_token_due_ || waiting >= notify_every_tokens_;
+  return first_token_due_ || waiting >= std::max(notify_every_tokens_, load_tokens_per_message_);
 }
 
 void RequestStream::Finish(StreamSummary summary) {

@@ -55,7 +55,11 @@ class RequestStream {
 
   // Engine side. Append returns false (and keeps nothing) when the untaken
   // tokens would exceed the bound. Finish is always accepted, once.
-  bool Append(const StreamChunk& chunk);
+  // `load_tokens_per_message` raises notify_every_tokens from this append on
+  // while the engine is busy (EngineOptions::stream_messages_per_step; 1:
+  // no change), at most to half the bound, so that the reader has a step's
+  // slack before the bound; a whole answer (0) is unaffected.
+  bool Append(const StreamChunk& chunk, int64_t load_tokens_per_message = 1);
   void Finish(StreamSummary summary);
 
   // Consumer side. The listener is called, outside the lock, after an
@@ -90,7 +94,8 @@ class RequestStream {
   StreamChunk pending_ ABSL_GUARDED_BY(mu_);
   std::optional<StreamSummary> summary_ ABSL_GUARDED_BY(mu_);
   bool summary_taken_ ABSL_GUARDED_BY(mu_) = false;
-  bool first_token_due_ ABSL_GUARDED_BY(mu_) = true;  // no token was taken yet
+  bool first_token_due_ ABSL_GUARDED_BY(mu_) = true;          // no token was taken yet
+  int64_t load_tokens_per_message_ ABSL_GUARDED_BY(mu_) = 1;  // the last Append's
   FinishReason cancel_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
   std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
 };

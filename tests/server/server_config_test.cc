@@ -94,6 +94,7 @@ TEST_F(ServerConfigTest, EveryBoundIsChecked) {
       {"max_queue", "-1"},
       {"prefill_chunk_tokens", "0"},
       {"max_prefills_per_step", "0"},
+      {"stream_messages_per_step", "-1"},
       {"prefix_cache_bytes", "-1"},
       {"session_bytes", "-1"},
       {"max_new_tokens_limit", "0"},
@@ -125,9 +126,11 @@ TEST_F(ServerConfigTest, EveryBoundIsChecked) {
 TEST_F(ServerConfigTest, TheStreamIntervalAndTheIoNiceAreBounded) {
   Set("stream_interval", "8");
   Set("io_thread_nice", "5");
+  Set("stream_messages_per_step", "16");
   absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->stream_interval, 8);
+  EXPECT_EQ(config->repository.engine.stream_messages_per_step, 16);
   EXPECT_EQ(config->io_thread_nice, 5);
   for (const char* interval : {"0", "1025"}) {
     absl::FlagSaver restore;

@@ -168,5 +168,28 @@ TEST(OutputProcessorTest, FinishWritesTheSummary) {
   EXPECT_GE(taken.summary->total_seconds, taken.summary->time_to_first_token_seconds);
 }
 
+// With stream_messages_per_step, an Emit of n sequences asks each stream for
+// messages of ceil(n / K) tokens: 5 sequences and K = 2 make messages of 3.
+TEST(OutputProcessorTest, MessagesPerStepSetTheStreamsIntervalFromTheBatch) {
+  OutputProcessor output(nullptr, /*max_seq_len=*/100, nullptr, /*stream_messages_per_step=*/2);
+  std::vector<std::unique_ptr<ScheduledSequence>> owned;
+  std::vector<ScheduledSequence*> batch;
+  for (int i = 0; i < 5; ++i) {
+    owned.push_back(Seq(Greedy(100)));
+    output.Attach(*owned.back());
+    batch.push_back(owned.back().get());
+  }
+  const torch::Tensor logits = Peaks({1, 1, 1, 1, 1}, 8);
+  ASSERT_EQ(output.Emit(batch, {logits}), 5);
+  for (ScheduledSequence* s : batch) EXPECT_EQ(s->stream->Take().chunk.token_ids.size(), 1u);
+  for (int step = 0; step < 2; ++step) ASSERT_EQ(output.Emit(batch, {logits}), 5);
+  for (ScheduledSequence* s : batch) EXPECT_TRUE(s->stream->Take().chunk.empty());
+  ASSERT_EQ(output.Emit(batch, {logits}), 5);
+  for (ScheduledSequence* s : batch) EXPECT_EQ(s->stream->Take().chunk.token_ids.size(), 3u);
+  // One sequence alone: every token at once again.
+  ASSERT_EQ(output.Emit({batch[0]}, {Peaks({1}, 8)}), 1);
+  EXPECT_EQ(batch[0]->stream->Take().chunk.token_ids.size(), 1u);
+}
+
 }  // namespace
 }  // namespace performer::server

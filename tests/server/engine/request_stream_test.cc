@@ -97,5 +97,35 @@ TEST(RequestStreamTest, TheSlowReaderBoundHoldsWithAnInterval) {
   EXPECT_TRUE(stream.Append(Token(4)));
 }
 
+// The engine's load raises the interval from the append that says so on; the
+// first token still goes at once, a lighter load lowers it again, and the
+// raise stops at half the slow-reader bound.
+TEST(RequestStreamTest, TheLoadRaisesTheIntervalUpToHalfTheBound) {
+  RequestStream stream(/*max_buffered_tokens=*/8, /*notify_every_tokens=*/2);
+  Notices notices;
+  stream.SetListener(notices.Listener());
+  ASSERT_TRUE(stream.Append(Token(0), /*load_tokens_per_message=*/3));
+  EXPECT_EQ(notices.count, 1);
+  EXPECT_EQ(stream.Take().chunk.token_ids, std::vector<int32_t>({0}));
+  ASSERT_TRUE(stream.Append(Token(1), 3));
+  ASSERT_TRUE(stream.Append(Token(2), 3));
+  EXPECT_EQ(notices.count, 1);  // 2 wait: the stream's own interval, not the load's
+  EXPECT_TRUE(stream.Take().chunk.empty());
+  ASSERT_TRUE(stream.Append(Token(3), 3));
+  EXPECT_EQ(notices.count, 2);
+  EXPECT_EQ(stream.Take().chunk.token_ids, std::vector<int32_t>({1, 2, 3}));
+  // Lighter: the stream's own interval of 2.
+  ASSERT_TRUE(stream.Append(Token(4), 1));
+  ASSERT_TRUE(stream.Append(Token(5), 1));
+  EXPECT_EQ(notices.count, 3);
+  EXPECT_EQ(stream.Take().chunk.token_ids, std::vector<int32_t>({4, 5}));
+  // Far heavier: half the bound of 8.
+  for (int32_t i = 6; i < 9; ++i) ASSERT_TRUE(stream.Append(Token(i), 100));
+  EXPECT_EQ(notices.count, 3);
+  ASSERT_TRUE(stream.Append(Token(9), 100));
+  EXPECT_EQ(notices.count, 4);
+  EXPECT_EQ(stream.Take().chunk.token_ids.size(), 4u);
+}
+
 }  // namespace
 }  // namespace performer::server
