@@ -146,7 +146,7 @@ class ProxiedAttackTest(unittest.TestCase):
         self.assertGreater(denied, 25000, self.proxy.log())
         self.assertLess(rss.growth, GROWTH_LIMIT_KB,
                         "the replica grew by %d KB" % rss.growth)
-        self.assertEqual(client.failures, [])
+        self.assertEqual(client.failures, [], self.proxy.log())
         self.assertGreater(client.answered, 0)
 
 
