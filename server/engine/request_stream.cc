@@ -9,15 +9,14 @@ bool RequestStream::Append(const StreamChunk& chunk, int64_t load_tokens_per_mes
   {
     absl::MutexLock lock(&mu_);
     if (summary_.has_value()) return false;
-    load_tokens_per_message_ = load_tokens_per_message;
-    if (max_buffered_tokens_ > 0) {
-      load_tokens_per_message_ = std::min(load_tokens_per_message_, max_buffered_tokens_ / 2);
-    }
     const int64_t untaken = static_cast<int64_t>(pending_.token_ids.size());
     if (max_buffered_tokens_ > 0 &&
         untaken + static_cast<int64_t>(chunk.token_ids.size()) > max_buffered_tokens_) {
       return false;
     }
+    load_tokens_per_message_ = max_buffered_tokens_ > 0
+                                   ? std::min(load_tokens_per_message, max_buffered_tokens_ / 2)
+                                   : load_tokens_per_message;
     pending_.token_ids.insert(pending_.token_ids.end(), chunk.token_ids.begin(),
                               chunk.token_ids.end());
     pending_.text += chunk.text;
