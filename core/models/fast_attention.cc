@@ -143,9 +143,10 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   torch::Tensor kv = state[kStateKv].view({flat, m, d + 1});
   torch::Tensor v_flat = v.reshape({flat, d});
   if (feature_map_.kind != FeatureKind::kSoftmax) {
-    return StepLinearState(kv, QueryFeatures(qk.narrow(1, 0, heads)).reshape({flat, m}),
-                           KeyFeatures(qk.narrow(1, heads, heads)).reshape({flat, m}), v_flat,
-                           torch::Tensor(), torch::Tensor(), 1.0, 0.0, kCausalDenominatorEps)
+    return StepLinearState(kv, RowFeatures(qk.narrow(1, 0, heads), true).reshape({flat, m}),
+                           RowFeatures(qk.narrow(1, heads, heads), false).reshape({flat, m}),
+                           v_flat, torch::Tensor(), torch::Tensor(), 1.0, 0.0,
+                           kCausalDenominatorEps)
         .view({rows, heads, d});
   }
   // One projection for q and k. q' = r (e_q + 1e-4) and k' = r (e_k + 1e-4)
@@ -207,6 +208,21 @@ std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
   return {u, diag.view(row_shape)};
 }
 
+torch::Tensor FastAttentionImpl::RowFeatures(const torch::Tensor& x, bool is_query) const {
+  if (feature_map_.kind != FeatureKind::kGeneralized || !scaled_projection_.defined() ||
+      !x.device().is_cpu() || x.scalar_type() != torch::kFloat ||
+      scaled_projection_.scalar_type() != torch::kFloat) {
+    return is_query ? QueryFeatures(x) : KeyFeatures(x);
+  }
+  // The generalized map is the same for queries and keys:
+  // kernel_fn(d^-1/4 x P^T) + eps, elementwise after the product.
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = scaled_projection_.size(0);
+  torch::Tensor u =
+      LinearRows(scaled_projection_, torch::Tensor(), x.reshape({-1, x.size(-1)}).contiguous());
+  return ApplyKernelFunction(feature_map_.kernel_fn, u.view(shape)) + kGeneralizedKernelEps;
+}
+
 bool FastAttentionImpl::ScanSupported(torch::TensorList state) const {
   return config_.causal && !state.empty() && ScanLinearStateSupported(state[kStateKv]) &&
          (feature_map_.kind != FeatureKind::kSoftmax ||
@@ -221,8 +237,8 @@ torch::Tensor FastAttentionImpl::Scan(const torch::Tensor& qk, const torch::Tens
   torch::Tensor kv = state[kStateKv].view({c * heads, m, d + 1});
   torch::Tensor values = v.to(torch::kFloat).contiguous();
   if (feature_map_.kind != FeatureKind::kSoftmax) {
-    torch::Tensor qf = QueryFeatures(qk.narrow(2, 0, heads)).contiguous();
-    torch::Tensor kf = KeyFeatures(qk.narrow(2, heads, heads)).contiguous();
+    torch::Tensor qf = RowFeatures(qk.narrow(2, 0, heads), true).contiguous();
+    torch::Tensor kf = RowFeatures(qk.narrow(2, heads, heads), false).contiguous();
     return ScanLinearState(kv, qf, kf, values, torch::Tensor(), 1.0, 0.0, kCausalDenominatorEps)
         .to(v.scalar_type());
   }

@@ -132,6 +132,12 @@ class FastAttentionImpl : public torch::nn::Module {
   // rows x [.., d], each row by the same operations whatever the others (on
   // the CPU the skinny product and an in-order sum; tensor ops elsewhere).
   std::pair<torch::Tensor, torch::Tensor> SoftmaxInputs(const torch::Tensor& x) const;
+  // q' or k' [.., m] of the rows x [.., d] for Step and Scan: the
+  // generalized kernel's projection on the CPU is the skinny product of the
+  // prepared d^-1/4 P, so that a row's features do not depend on how many
+  // rows share the call (a BLAS product's order may); otherwise
+  // QueryFeatures / KeyFeatures.
+  torch::Tensor RowFeatures(const torch::Tensor& x, bool is_query) const;
   FastAttentionConfig config_;
   PerformerFeatureMap feature_map_;
   int64_t nb_features_;

@@ -2,7 +2,8 @@
 // sequence was fed (one prompt, prompt chunks of any size, steps, a restored
 // snapshot taken at any token) and whatever shares its batch: on the default
 // model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
-// and fast-transformers' causal linear attention.
+// generalized-kernel and projection-free PerformerLMs, and fast-transformers'
+// causal linear attention.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -180,6 +181,27 @@ models::LoadedModel FavorLM() {
   return models::testing::RandomLM(config, 5);
 }
 
+// Generalized-kernel heads (a projection, then kernel_fn): ReLU, which the
+// feature kernel fuses, and GELU, which goes through tensor ops.
+models::LoadedModel GeneralizedLM(KernelFunction kernel_fn) {
+  models::PerformerLMConfig config = models::testing::TinyLMConfig();
+  config.max_seq_len = 256;
+  config.nb_features = 16;
+  config.heads = 4;
+  config.generalized_attention = true;
+  config.kernel_fn = kernel_fn;
+  return models::testing::RandomLM(config, 6);
+}
+
+// Heads without a projection (softmax of q, exp of k).
+models::LoadedModel NoProjectionLM() {
+  models::PerformerLMConfig config = models::testing::TinyLMConfig();
+  config.max_seq_len = 256;
+  config.heads = 4;
+  config.no_projection = true;
+  return models::testing::RandomLM(config, 7);
+}
+
 models::LoadedModel FastTransformersLinearLM() {
   nlohmann::json config = {{"model_class", "FastTransformersLM"},
                            {"num_tokens", 29},
@@ -200,6 +222,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"default_model", DefaultModel}, Case{"favor_fp32", FavorLM},
                       Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16},
                       Case{"favor_int8", FavorLM, models::WeightDtype::kInt8},
+                      Case{"generalized_relu", [] { return GeneralizedLM(KernelFunction::kReLU); }},
+                      Case{"generalized_gelu", [] { return GeneralizedLM(KernelFunction::kGELU); }},
+                      Case{"no_projection", NoProjectionLM},
                       Case{"fast_transformers_linear", FastTransformersLinearLM},
                       Case{"fast_transformers_favor", FastTransformersFavorLM}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
