@@ -53,7 +53,8 @@ std::optional<PrefixHit> PrefixStateCache::Lookup(const std::vector<int64_t>& pr
   // The longest cached prefix, at any token: the whole prompt if its entry
   // has the logits after it, else any shorter entry, which leaves at least
   // one token to feed.
-  for (size_t length = prompt.size(); length > 0; --length) {
+  for (auto present = lengths_.upper_bound(prompt.size()); present != lengths_.begin();) {
+    const size_t length = (--present)->first;
     auto it = FindLocked(scope, prompt, length, keys[length]);
     if (it == lru_.end() || (length == prompt.size() && !it->logits.defined())) continue;
     lru_.splice(lru_.begin(), lru_, it);
@@ -96,6 +97,7 @@ void PrefixStateCache::Insert(const std::vector<int64_t>& prompt, size_t length,
   ++stats_.entries;
   lru_.push_front(std::move(entry));
   index_.emplace(key, lru_.begin());
+  ++lengths_[length];
   EvictLocked();
 }
 
@@ -106,6 +108,9 @@ void PrefixStateCache::EraseLocked(Lru::iterator entry) {
       index_.erase(i);
       break;
     }
+  }
+  if (auto present = lengths_.find(entry->tokens.size()); --present->second == 0) {
+    lengths_.erase(present);
   }
   stats_.bytes -= entry->bytes;
   --stats_.entries;

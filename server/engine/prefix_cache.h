@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,11 @@ class PrefixStateCache {
   mutable absl::Mutex mu_;
   Lru lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
   std::unordered_multimap<uint64_t, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
+  // Entries per key length, every scope together: a lookup probes only the
+  // lengths some entry has, not every prefix of the prompt (a long prompt
+  // would otherwise hold mu_, which the engine thread takes to insert, for a
+  // hash probe per token).
+  std::map<size_t, int64_t> lengths_ ABSL_GUARDED_BY(mu_);
   PrefixCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

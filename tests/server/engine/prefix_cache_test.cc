@@ -152,5 +152,32 @@ TEST(PrefixCacheTest, EvictsTheLeastRecentlyUsedUnderTheBudget) {
   EXPECT_EQ(cache.Stats().entries, 3);
 }
 
+TEST(PrefixCacheTest, ALookupFindsEveryLengthStillCachedAfterEvictions) {
+  // Room for two entries of 6 tokens (4 floats + position + 6 x 8 bytes).
+  PrefixStateCache cache({2 * 72, 1});
+  const std::vector<int64_t> a = Tokens(6, 1), b = Tokens(6, 2), c = Tokens(6, 3);
+  auto resumes_at = [&](std::vector<int64_t> p) -> size_t {
+    p.push_back(1);
+    std::optional<PrefixHit> hit = cache.Lookup(p);
+    return hit.has_value() ? hit->tokens : 0;
+  };
+  cache.Insert(a, 6, State(6), torch::Tensor());
+  cache.Insert(b, 6, State(6), torch::Tensor());
+  cache.Insert(c, 6, State(6), torch::Tensor());  // evicts a; length 6 stays (b, c)
+  EXPECT_EQ(resumes_at(a), 0u);
+  EXPECT_EQ(resumes_at(b), 6u);
+  EXPECT_EQ(resumes_at(c), 6u);
+  // Shorter entries of c's prefix (40 and 48 bytes) evict b, then c's own:
+  // no entry of length 6 is left, and one made afterwards is found again.
+  cache.Insert(c, 2, State(2), torch::Tensor());
+  cache.Insert(c, 3, State(3), torch::Tensor());
+  EXPECT_EQ(cache.Stats().entries, 2);
+  EXPECT_EQ(resumes_at(c), 3u);
+  cache.Insert(Tokens(6, 4), 6, State(6), torch::Tensor());
+  EXPECT_EQ(resumes_at(b), 0u);
+  EXPECT_EQ(resumes_at(Tokens(6, 4)), 6u);
+  EXPECT_EQ(resumes_at(c), 3u);
+}
+
 }  // namespace
 }  // namespace performer::server
