@@ -180,13 +180,17 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
       .view({rows, heads, d});
 }
 
+bool FastAttentionImpl::ProjectsRowInvariantly(const torch::Tensor& x) const {
+  return scaled_projection_.defined() && x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
+         scaled_projection_.scalar_type() == torch::kFloat;
+}
+
 std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
     const torch::Tensor& x) const {
   const int64_t d = x.size(-1);
   std::vector<int64_t> row_shape = x.sizes().vec();
   row_shape.pop_back();
-  if (!scaled_projection_.defined() || !x.device().is_cpu() || x.scalar_type() != torch::kFloat ||
-      scaled_projection_.scalar_type() != torch::kFloat) {
+  if (!ProjectsRowInvariantly(x)) {
     torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(x, scaled_projection_t_)
                                                      : ProjectFeatures(x, projection_matrix_);
     return {u, SoftmaxKernelDiag(x).squeeze(-1)};
@@ -209,9 +213,7 @@ std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
 }
 
 torch::Tensor FastAttentionImpl::RowFeatures(const torch::Tensor& x, bool is_query) const {
-  if (feature_map_.kind != FeatureKind::kGeneralized || !scaled_projection_.defined() ||
-      !x.device().is_cpu() || x.scalar_type() != torch::kFloat ||
-      scaled_projection_.scalar_type() != torch::kFloat) {
+  if (feature_map_.kind != FeatureKind::kGeneralized || !ProjectsRowInvariantly(x)) {
     return is_query ? QueryFeatures(x) : KeyFeatures(x);
   }
   // The generalized map is the same for queries and keys:

@@ -128,14 +128,18 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor CausalInference(const torch::Tensor& qf, const torch::Tensor& k,
                                 const torch::Tensor& v, torch::TensorList from,
                                 torch::TensorList to) const;
+  // Whether the rows x project through the skinny product of the prepared
+  // d^-1/4 P (LinearRows: a row's bits do not depend on the other rows): on
+  // the CPU, in float32, once PrepareForDecoding has run.
+  bool ProjectsRowInvariantly(const torch::Tensor& x) const;
   // u = (d^-1/4 x) P^T [.., m] and diag = |x|^2 / (2 sqrt(d)) [..] of the
   // rows x [.., d], each row by the same operations whatever the others (on
   // the CPU the skinny product and an in-order sum; tensor ops elsewhere).
   std::pair<torch::Tensor, torch::Tensor> SoftmaxInputs(const torch::Tensor& x) const;
   // q' or k' [.., m] of the rows x [.., d] for Step and Scan: the
-  // generalized kernel's projection on the CPU is the skinny product of the
-  // prepared d^-1/4 P, so that a row's features do not depend on how many
-  // rows share the call (a BLAS product's order may); otherwise
+  // generalized kernel's projection goes through the skinny product where
+  // ProjectsRowInvariantly(x), so that a row's features do not depend on how
+  // many rows share the call (a BLAS product's order may); otherwise
   // QueryFeatures / KeyFeatures.
   torch::Tensor RowFeatures(const torch::Tensor& x, bool is_query) const;
   FastAttentionConfig config_;
