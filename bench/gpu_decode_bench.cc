@@ -17,9 +17,12 @@
 //
 // Then the fused step (core/models/decode_step_options.h) with CUDA graphs at
 // B = 1, 8, 64, 256 against the separate ops: float32 weights (its own
-// kernel up to kernels::CudaFusedLinearMaxRows() rows, cuBLAS above; and its
-// own kernel at every batch) and bf16 weights; each with the bytes a step
-// reads (decode weights in their dtype + B states) as a fraction of the copy
+// kernel up to kernels::CudaFusedLinearMaxRows() rows, cuBLAS above; its
+// own kernel at every batch; and with the FAVOR+ projection in the state
+// kernel, DecodeStepOptions::favor_projection_in_step) and bf16 weights
+// (also with the tensor-core projections above the threshold,
+// kernels::SetCudaFusedLinearTensorCores); each with the bytes a step reads
+// (decode weights in their dtype + B states) as a fraction of the copy
 // bandwidth.
 //
 // Then a prompt of 1k / 4k / 16k tokens prefilled in chunks of 512 as the
@@ -137,14 +140,18 @@ void FusedStepTable(const torch::Device& cuda, const models::LoadedModel& model,
       "\n## Fused decode step (CUDA graphs), bench model\n\n"
       "bf16 keeps %.1f MB of the %.1f MB of weights in bf16.\n\n"
       "| B | separate ops step (ms) | fused fp32 step (ms) | fused fp32, own kernel at every B "
-      "(ms) | fused bf16 step (ms) | fused fp32 / separate | fused bf16 / separate | bf16 bytes "
-      "read / step (MB) | bf16 of copy bandwidth | fp32 of copy bandwidth |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n",
+      "(ms) | fused fp32, projection in state kernel (ms) | fused bf16 step (ms) | fused bf16, "
+      "tensor cores (ms) | fused fp32 / separate | projection in state kernel / fused fp32 "
+      "(speed) | fused bf16 / separate | tensor cores / fused bf16 (speed) | bf16 bytes read / "
+      "step (MB) | bf16 of copy bandwidth | fp32 of copy bandwidth |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       converted / 2e6, weight_bytes / 1e6);
   const std::vector<bench::DecodeStepVariant> variants = bench::DecodeStepVariants();
   const models::DecodeStepOptions& separate_ops = variants[0].step;
   const models::DecodeStepOptions& fp32 = variants[1].step;
   const models::DecodeStepOptions& bf16 = variants[2].step;
+  models::DecodeStepOptions projected = fp32;
+  projected.favor_projection_in_step = true;
   for (int64_t batch : {1, 8, 64, 256}) {
     const StepTiming separate = TimeSteps(cuda, batch, steps, true, separate_ops);
     const StepTiming fused = TimeSteps(cuda, batch, steps, true, fp32);
@@ -152,17 +159,25 @@ void FusedStepTable(const torch::Device& cuda, const models::LoadedModel& model,
     kernels::SetCudaFusedLinearMaxRows(1 << 20);
     const StepTiming own = TimeSteps(cuda, batch, steps, true, fp32);
     kernels::SetCudaFusedLinearMaxRows(threshold);
+    const StepTiming in_kernel = TimeSteps(cuda, batch, steps, true, projected);
     const StepTiming half = TimeSteps(cuda, batch, steps, true, bf16);
+    kernels::SetCudaFusedLinearTensorCores(true);
+    const StepTiming mma = TimeSteps(cuda, batch, steps, true, bf16);
+    kernels::SetCudaFusedLinearTensorCores(false);
     const double state = static_cast<double>(batch * fused.state_bytes_per_sequence);
     const double bf16_bytes = static_cast<double>(weight_bytes - converted / 2) + state;
     const double fp32_bytes = static_cast<double>(weight_bytes) + state;
-    std::printf("| %ld | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.1f | %.1f%% | %.1f%% |\n",
-                static_cast<long>(batch), separate.seconds_per_step * 1e3,
-                fused.seconds_per_step * 1e3, own.seconds_per_step * 1e3,
-                half.seconds_per_step * 1e3, separate.seconds_per_step / fused.seconds_per_step,
-                separate.seconds_per_step / half.seconds_per_step, bf16_bytes / 1e6,
-                100.0 * bf16_bytes / half.seconds_per_step / copy_bandwidth,
-                100.0 * fp32_bytes / fused.seconds_per_step / copy_bandwidth);
+    std::printf(
+        "| %ld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.2fx | %.1f | "
+        "%.1f%% | %.1f%% |\n",
+        static_cast<long>(batch), separate.seconds_per_step * 1e3, fused.seconds_per_step * 1e3,
+        own.seconds_per_step * 1e3, in_kernel.seconds_per_step * 1e3, half.seconds_per_step * 1e3,
+        mma.seconds_per_step * 1e3, separate.seconds_per_step / fused.seconds_per_step,
+        fused.seconds_per_step / in_kernel.seconds_per_step,
+        separate.seconds_per_step / half.seconds_per_step,
+        half.seconds_per_step / mma.seconds_per_step, bf16_bytes / 1e6,
+        100.0 * bf16_bytes / half.seconds_per_step / copy_bandwidth,
+        100.0 * fp32_bytes / fused.seconds_per_step / copy_bandwidth);
     std::fflush(stdout);
   }
 }

@@ -13,8 +13,9 @@
 //     four projections (norm + q/k/v 512 -> 1536, output 512 -> 512 +
 //     residual, norm + w1 512 -> 2048 + GELU, w2 2048 -> 512 + residual) for
 //     B = 1, 8, 32, 64, 256: float32 and bf16 weights, each through its own
-//     kernel and through cuBLAS + tensor ops; weight bytes read per second
-//     as a fraction of the copy bandwidth;
+//     kernel and through cuBLAS + tensor ops, and bf16 through the
+//     tensor-core kernel (kernels::SetCudaFusedLinearTensorCores); weight
+//     bytes read per second as a fraction of the copy bandwidth;
 //   * bf16 GEMM: torch::matmul of two 8192 x 8192 bf16 matrices, the
 //     reference for tensor-core kernels;
 //   * prefill: kernels::CausalLinearPrefill (bf16 inputs, fp32 accumulation)
@@ -116,22 +117,29 @@ void FusedProjectionTable(double copy) {
   const double params = static_cast<double>(kDim) * kDim * 12;
   std::printf(
       "\n| one layer's projections | fp32 own kernel | of copy | fp32 cuBLAS + ops | bf16 own "
-      "kernel | of copy | bf16 cuBLAS + ops | bf16 / fp32 own |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "kernel | of copy | bf16 cuBLAS + ops | bf16 tensor cores | of copy | bf16 / fp32 own |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
   const int64_t threshold = k::CudaFusedLinearMaxRows();
-  auto timed = [&](const Layer& w, const torch::Tensor& x, int64_t max_rows) {
+  auto timed = [&](const Layer& w, const torch::Tensor& x, int64_t max_rows,
+                   bool tensor_cores = false) {
     k::SetCudaFusedLinearMaxRows(max_rows);
+    k::SetCudaFusedLinearTensorCores(tensor_cores);
     const double seconds = MedianDeviceSeconds([&] { layer(w, x); });
     k::SetCudaFusedLinearMaxRows(threshold);
+    k::SetCudaFusedLinearTensorCores(false);
     return seconds;
   };
   for (int64_t batch : {1, 8, 32, 64, 256}) {
     const torch::Tensor x = torch::randn({batch, kDim}, f32);
     const double own = timed(fp32, x, 1 << 20), cublas = timed(fp32, x, 0);
     const double half = timed(bf16, x, 1 << 20), half_cublas = timed(bf16, x, 0);
-    std::printf("| B = %ld | %.1f us | %.0f%% | %.1f us | %.1f us | %.0f%% | %.1f us | %.2fx |\n",
-                static_cast<long>(batch), own * 1e6, 100.0 * 4 * params / own / copy, cublas * 1e6,
-                half * 1e6, 100.0 * 2 * params / half / copy, half_cublas * 1e6, own / half);
+    const double mma = timed(bf16, x, 0, true);
+    std::printf(
+        "| B = %ld | %.1f us | %.0f%% | %.1f us | %.1f us | %.0f%% | %.1f us | %.1f us | %.0f%% | "
+        "%.2fx |\n",
+        static_cast<long>(batch), own * 1e6, 100.0 * 4 * params / own / copy, cublas * 1e6,
+        half * 1e6, 100.0 * 2 * params / half / copy, half_cublas * 1e6, mma * 1e6,
+        100.0 * 2 * params / mma / copy, own / half);
   }
 }
 

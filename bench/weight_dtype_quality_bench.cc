@@ -6,7 +6,9 @@
 //     of --prompt_text, default models/README.md) decoded greedily for 128
 //     tokens by the separate-ops float32 step and by the fused step in each
 //     dtype; the share of the 64 x 128 tokens that equal float32's, and how
-//     many of the 64 continuations are identical;
+//     many of the 64 continuations are identical (on a GPU also the paths
+//     that are off by default: the FAVOR+ projection in the state kernel,
+//     the tensor-core bf16 projections);
 //   * with --validation=FILE (text; the held-out tail of docs/training.md's
 //     corpus): bits per byte of the first --validation_bytes bytes, fed
 //     through the decode step with teacher forcing (each byte's logits from
@@ -32,6 +34,7 @@
 #include "core/decoding/performer_decoder.h"
 #include "core/models/decode_step_options.h"
 #include "core/models/model_folder.h"
+#include "kernels/fused_linear.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, model, "models/performer-fortunes", "model folder (byte tokenizer)");
@@ -149,17 +152,29 @@ int Main() {
   auto runs_here = [&](const bench::DecodeStepVariant& v) {
     return !(on_cuda && v.step.weight_dtype == models::WeightDtype::kInt8);  // CPU only
   };
-  for (const bench::DecodeStepVariant& v : variants) {
-    if (!runs_here(v)) continue;
-    const auto got = Greedy(v.step, text);
+  auto agreement_row = [&](const char* name, const std::vector<std::vector<int64_t>>& got) {
     int64_t equal = 0, identical = 0;
     for (size_t p = 0; p < got.size(); ++p) {
       for (size_t t = 0; t < got[p].size(); ++t) equal += got[p][t] == reference[p][t] ? 1 : 0;
       identical += got[p] == reference[p] ? 1 : 0;
     }
-    std::printf("| %s | %.2f%% | %ld |\n", v.name,
+    std::printf("| %s | %.2f%% | %ld |\n", name,
                 100.0 * static_cast<double>(equal) / static_cast<double>(kPrompts * kNewTokens),
                 static_cast<long>(identical));
+  };
+  for (const bench::DecodeStepVariant& v : variants) {
+    if (runs_here(v)) agreement_row(v.name, Greedy(v.step, text));
+  }
+  if (on_cuda) {
+    // The GPU paths that are off by default (docs/gpu.md): the FAVOR+
+    // projection in the state kernel, and the tensor-core projections of
+    // bf16 weights (the 64 prompts step above the own kernel's 32 rows).
+    models::DecodeStepOptions projected = variants[1].step;
+    projected.favor_projection_in_step = true;
+    agreement_row("fp32, fused, projection in the state kernel", Greedy(projected, text));
+    kernels::SetCudaFusedLinearTensorCores(true);
+    agreement_row("bf16, fused, tensor cores", Greedy(variants[2].step, text));
+    kernels::SetCudaFusedLinearTensorCores(false);
   }
   const std::string validation_path = absl::GetFlag(FLAGS_validation);
   if (!validation_path.empty()) {

@@ -15,6 +15,7 @@ namespace performer::kernels {
 namespace {
 
 std::atomic<int64_t> cuda_max_rows{kDefaultCudaFusedLinearMaxRows};
+std::atomic<bool> cuda_tensor_cores{false};
 
 // A float32 contiguous copy of an optional operand, checked to hold `numel`
 // elements.
@@ -29,6 +30,8 @@ torch::Tensor Operand(const torch::Tensor& t, int64_t numel, const char* name) {
 
 void SetCudaFusedLinearMaxRows(int64_t rows) { cuda_max_rows.store(rows); }
 int64_t CudaFusedLinearMaxRows() { return cuda_max_rows.load(); }
+void SetCudaFusedLinearTensorCores(bool enabled) { cuda_tensor_cores.store(enabled); }
+bool CudaFusedLinearTensorCores() { return cuda_tensor_cores.load(); }
 
 torch::Tensor GeluRows(const torch::Tensor& x) {
   if (x.device().is_cpu() && x.scalar_type() == torch::kFloat && x.dim() > 0 && x.numel() > 0) {

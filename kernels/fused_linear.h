@@ -64,4 +64,15 @@ constexpr int64_t kDefaultCudaFusedLinearMaxRows = 32;
 void SetCudaFusedLinearMaxRows(int64_t rows);
 int64_t CudaFusedLinearMaxRows();
 
+// On CUDA, bfloat16 weights above CudaFusedLinearMaxRows() rows: whether
+// FusedLinear runs its own tensor-core kernel instead of widening the
+// weights for cuBLAS's float32 GEMM. It splits each (normalised) x into two
+// bfloat16 terms, hi + lo (x to about 16 bits), multiplies both by the
+// bfloat16 weights with float32 accumulation and applies the epilogue as it
+// stores; shapes it does not take (in or out not a multiple of 16, weights
+// not 32-byte aligned) keep cuBLAS. Off by default until it has been
+// measured on a GPU (docs/gpu.md). Process-wide, read at every call.
+void SetCudaFusedLinearTensorCores(bool enabled);
+bool CudaFusedLinearTensorCores();
+
 }  // namespace performer::kernels

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/cpu/linear_state_step_cpu.h"
@@ -140,19 +141,41 @@ torch::Tensor LinearStateStepNormalized(torch::Tensor& state, const torch::Tenso
                                      SlotPointer(slots));
 }
 
+namespace {
+
+// The checks FavorStateStep and FavorProjectedStateStep share: the state,
+// slots, v (R, E), key_max (P,) and sums (P, E + 1). `inputs` are the
+// caller's per-row inputs, which must be on the state's device.
+void CheckFavorState(const char* op, const torch::Tensor& state, const torch::Tensor& key_max,
+                     const torch::Tensor& sums, const torch::Tensor& v,
+                     std::initializer_list<const torch::Tensor*> inputs,
+                     const torch::Tensor& slots) {
+  CheckKernelDevice(op, state, {&key_max, &sums, &v, &slots}, /*cuda_kernel=*/true);
+  CheckKernelDevice(op, state, inputs, /*cuda_kernel=*/true);
+  TORCH_CHECK(LinearStateStepSupported(state), op,
+              ": state must be a contiguous float32 (R, M, E+1) tensor on the CPU "
+              "(or CUDA when built with kernels/cuda), got ",
+              state.sizes(), " ", state.scalar_type(), " on ", state.device());
+  CheckSlots(op, state, slots);
+  const int64_t pool = state.size(0), rows = StepRows(state, slots), columns = state.size(2);
+  TORCH_CHECK(v.sizes() == torch::IntArrayRef({rows, columns - 1}), op, ": v must be (R, E), got ",
+              v.sizes());
+  for (const torch::Tensor* t : {&key_max, &sums}) {
+    TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous(), op,
+                ": key_max and sums must be contiguous float32");
+  }
+  TORCH_CHECK(key_max.numel() == pool && sums.numel() == pool * columns, op,
+              ": key_max must be (P,) and sums (P, E+1) with P = ", pool);
+}
+
+}  // namespace
+
 torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
                              const torch::Tensor& projections, const torch::Tensor& diag,
                              const torch::Tensor& v, double kernel_eps, double denominator_eps,
                              const torch::Tensor& slots) {
-  CheckKernelDevice("FavorStateStep", state, {&key_max, &sums, &projections, &diag, &v, &slots},
-                    /*cuda_kernel=*/true);
-  TORCH_CHECK(LinearStateStepSupported(state),
-              "FavorStateStep: state must be a contiguous float32 (R, M, E+1) tensor on the CPU "
-              "(or CUDA when built with kernels/cuda), got ",
-              state.sizes(), " ", state.scalar_type(), " on ", state.device());
-  CheckSlots("FavorStateStep", state, slots);
-  const int64_t pool = state.size(0), rows = StepRows(state, slots), features = state.size(1),
-                columns = state.size(2);
+  CheckFavorState("FavorStateStep", state, key_max, sums, v, {&projections, &diag}, slots);
+  const int64_t rows = StepRows(state, slots), features = state.size(1);
   TORCH_CHECK(projections.dim() == 4 && projections.size(1) == 2 &&
                   projections.size(3) == features &&
                   projections.size(0) * projections.size(2) == rows,
@@ -161,14 +184,6 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
   const int64_t heads = projections.size(2);
   TORCH_CHECK(diag.sizes() == torch::IntArrayRef({projections.size(0), 2, heads}),
               "FavorStateStep: diag must be (B, 2, H), got ", diag.sizes());
-  TORCH_CHECK(v.sizes() == torch::IntArrayRef({rows, columns - 1}),
-              "FavorStateStep: v must be (R, E), got ", v.sizes());
-  for (const torch::Tensor* t : {&key_max, &sums}) {
-    TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous(),
-                "FavorStateStep: key_max and sums must be contiguous float32");
-  }
-  TORCH_CHECK(key_max.numel() == pool && sums.numel() == pool * columns,
-              "FavorStateStep: key_max must be (P,) and sums (P, E+1) with P = ", pool);
 #if PERFORMER_CUDA_KERNELS
   if (state.is_cuda()) {
     return cuda::FavorStateStepCuda(state, key_max, sums, projections, diag, v, kernel_eps,
@@ -177,6 +192,35 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
 #endif
   return FavorCpu(state, key_max, sums, projections, diag, v, heads, kernel_eps, denominator_eps,
                   SlotPointer(slots), {});
+}
+
+torch::Tensor FavorProjectedStateStep(torch::Tensor& state, torch::Tensor& key_max,
+                                      torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                      const torch::Tensor& projection_t, const torch::Tensor& v,
+                                      double kernel_eps, double denominator_eps,
+                                      const torch::Tensor& slots) {
+  CheckFavorState("FavorProjectedStateStep", state, key_max, sums, v, {&head_inputs, &projection_t},
+                  slots);
+  const int64_t rows = StepRows(state, slots), features = state.size(1);
+  TORCH_CHECK(head_inputs.dim() == 4 && head_inputs.size(1) == 2 &&
+                  head_inputs.size(0) * head_inputs.size(2) == rows && head_inputs.size(3) >= 1,
+              "FavorProjectedStateStep: head_inputs must be (B, 2, H, D) with B*H = ", rows,
+              ", got ", head_inputs.sizes());
+  const int64_t dims = head_inputs.size(3);
+  TORCH_CHECK(projection_t.sizes() == torch::IntArrayRef({dims, features}),
+              "FavorProjectedStateStep: projection_t must be (D, M) = (", dims, ", ", features,
+              "), got ", projection_t.sizes());
+#if PERFORMER_CUDA_KERNELS
+  if (state.is_cuda()) {
+    return cuda::FavorProjectedStateStepCuda(state, key_max, sums, head_inputs, projection_t, v,
+                                             kernel_eps, denominator_eps, slots);
+  }
+#endif
+  const torch::Tensor x = F32(head_inputs);
+  const torch::Tensor u = torch::matmul(x, F32(projection_t));
+  const torch::Tensor diag = x.square().sum(-1) * (0.5 / std::sqrt(static_cast<double>(dims)));
+  return FavorCpu(state, key_max, sums, u, diag, v, head_inputs.size(2), kernel_eps,
+                  denominator_eps, SlotPointer(slots), {});
 }
 
 bool LinearStateScanSupported(const torch::Tensor& state) {

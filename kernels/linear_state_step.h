@@ -65,6 +65,21 @@ torch::Tensor FavorStateStep(torch::Tensor& state, torch::Tensor& key_max, torch
                              const torch::Tensor& v, double kernel_eps, double denominator_eps,
                              const torch::Tensor& slots = {});
 
+// FavorStateStep with the FAVOR+ projection of the new query and key done
+// in the step: head_inputs (B, 2, H, D) are each head's query (index 0) and
+// key (index 1), projection_t (D, M) is (d^-1/4 P)^T, and
+//   u = head_inputs . projection_t,  diag = |head_inputs|^2 / (2 sqrt(D))
+// are the projections and diag of FavorStateStep. On CUDA they are formed in
+// the state kernel's launch (one launch per layer instead of a GEMM, the
+// diagonal's elementwise ops and the step; each block re-reads P from L2).
+// On the CPU, the reference: u by a matrix product, then FavorStateStep. The
+// sums differ in order from a separate GEMM's: not the same bits.
+torch::Tensor FavorProjectedStateStep(torch::Tensor& state, torch::Tensor& key_max,
+                                      torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                      const torch::Tensor& projection_t, const torch::Tensor& v,
+                                      double kernel_eps, double denominator_eps,
+                                      const torch::Tensor& slots = {});
+
 // Scans: each state through T tokens in order, every token with exactly the
 // operations of one step above (one loop body), so that a prompt fed as a
 // scan and the same tokens fed one step at a time give the same bits, and a

@@ -18,7 +18,8 @@
 # `serve` builds and runs only performer-serve, serve_bench and the client;
 # `decode` only the decode step: the CUDA tests, the unit tests of the CUDA
 # paths, gpu_decode_bench's fused-step table, weight_dtype_quality_bench on
-# the GPU, gpu_kernel_bench and memcheck of the fused projection's tests.
+# the GPU, gpu_kernel_bench and memcheck of the tests of the fused projection
+# and of the state step that projects its own query and key.
 # Steps run in order of importance, each logged to $OUT (or build-gpu/logs)
 # and packed into logs.tar.gz there; a step that fails does not stop the
 # others, and one that would start after PERFORMER_GPU_BUDGET_S seconds (default
@@ -174,10 +175,10 @@ if [ "$stage" = decode ]; then
   cat "$logs/quality.log"
   time_left 60 "gpu_kernel_bench" && step gpu_kernel_bench "$(bin gpu_kernel_bench)"
   cat "$logs/gpu_kernel_bench.log"
-  if time_left 60 "memcheck of the fused projection"; then
+  if time_left 60 "memcheck of the fused projection and the projected state step"; then
     step memcheck timeout 120 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
       --error-exitcode 1 build-gpu/tests/performer_cuda_tests --gtest_brief=1 \
-      --gtest_filter='*FusedLinear*'
+      --gtest_filter='*FusedLinear*:*FavorProjected*'
     tail -3 "$logs/memcheck.log"
   fi
   finish

@@ -15,6 +15,12 @@
 //   sums in float32); the float32 weights are not kept. The feature
 //   projections, norms, embeddings (a tied output head gets a compact copy)
 //   and the state stay float32. A compact dtype implies fused.
+// favor_projection_in_step: on CUDA, the FAVOR+ (softmax-kernel) heads form
+//   the feature projection of the new query and key inside the state
+//   kernel's launch (kernels::FavorProjectedStateStep) instead of by a GEMM
+//   and elementwise ops before it. Off by default, and in the server, until
+//   it has been measured on a GPU (docs/gpu.md). Ignored on the CPU, whose
+//   step keeps the row-invariant projection (the same bits).
 #pragma once
 
 #include <optional>
@@ -33,6 +39,7 @@ std::optional<WeightDtype> ParseWeightDtype(std::string_view text);
 struct DecodeStepOptions {
   std::optional<bool> fused;
   WeightDtype weight_dtype = WeightDtype::kFloat32;
+  bool favor_projection_in_step = false;
 
   // Whether the step fuses, for a model on a CUDA device or not.
   bool UsesFusedStep(bool on_cuda) const {

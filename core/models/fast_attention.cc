@@ -121,8 +121,9 @@ torch::Tensor FastAttentionImpl::CausalInference(const torch::Tensor& qf, const 
   return (out.narrow(-1, 0, d) / denominator).to(v.scalar_type());
 }
 
-void FastAttentionImpl::PrepareForDecoding() {
+void FastAttentionImpl::PrepareForDecoding(bool project_in_step) {
   torch::NoGradGuard no_grad;
+  project_in_step_ = project_in_step;
   const double c = std::pow(static_cast<double>(config_.dim_heads), -0.25);
   scaled_projection_ = (projection_matrix_ * c).contiguous();
   scaled_projection_t_ = scaled_projection_.t().contiguous();
@@ -153,11 +154,20 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   // with e_k in the frame of the running key maximum (rescaled by decay when
   // it grows); the step gets e_q + 1e-4 and e_k, and the factors r and the
   // 1e-4 of every key go into scale / offset / eps.
-  auto [u, diag] = SoftmaxInputs(qk);
   const torch::Tensor& state_key_max = state[kStateKeyMax];
   torch::Tensor sums = state[kStateValueSum].view({flat, d + 1});
-  if (FusedLinearStateStep(kv) && state_key_max.is_contiguous() &&
-      state[kStateValueSum].is_contiguous()) {
+  const bool fused = FusedLinearStateStep(kv) && state_key_max.is_contiguous() &&
+                     state[kStateValueSum].is_contiguous();
+  if (fused && project_in_step_ && kv.is_cuda() && scaled_projection_t_.defined()) {
+    // The projection too, in the state kernel's launch.
+    torch::Tensor key_max = state_key_max.view({flat});
+    return StepProjectedSoftmaxKernelState(kv, key_max, sums, qk.reshape({rows, 2, heads, d}),
+                                           scaled_projection_t_, v_flat, kSoftmaxKernelEps,
+                                           kCausalDenominatorEps)
+        .view({rows, heads, d});
+  }
+  auto [u, diag] = SoftmaxInputs(qk);
+  if (fused) {
     // Feature map, rescaling, update, read-out and normalisation in one pass.
     torch::Tensor key_max = state_key_max.view({flat});
     return StepSoftmaxKernelState(kv, key_max, sums, u.view({rows, 2, heads, m}),

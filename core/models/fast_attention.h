@@ -98,8 +98,11 @@ class FastAttentionImpl : public torch::nn::Module {
                      torch::TensorList state) const;
   bool ScanSupported(torch::TensorList state) const;
 
-  // Precomputes the projection scaled by the data normaliser for Step.
-  void PrepareForDecoding();
+  // Precomputes the projection scaled by the data normaliser for Step. With
+  // project_in_step, Step on CUDA gives softmax-kernel heads' query and key
+  // to the state kernel unprojected (DecodeStepOptions::
+  // favor_projection_in_step).
+  void PrepareForDecoding(bool project_in_step = false);
 
   // Replaces P in place by a fresh Gaussian orthogonal random matrix drawn
   // from the default generator, like the reference's
@@ -148,6 +151,7 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor projection_matrix_;
   torch::Tensor scaled_projection_;    // d^-1/4 P, PrepareForDecoding
   torch::Tensor scaled_projection_t_;  // (d^-1/4 P)^T, PrepareForDecoding
+  bool project_in_step_ = false;       // PrepareForDecoding
 };
 TORCH_MODULE(FastAttention);
 

@@ -132,7 +132,7 @@ void PerformerAttentionImpl::PrepareForDecoding(const DecodeStepOptions& options
   }
   if (options_.qkv_bias) qkv_bias_ = torch::cat({to_q_->bias, to_k_->bias, to_v_->bias}, 0);
   out_scales_ = LinearWeightScales(*to_out_);
-  fast_attention_->PrepareForDecoding();
+  fast_attention_->PrepareForDecoding(options.favor_projection_in_step);
   if (!local_attn_.is_empty()) local_attn_->PrepareForDecoding();
 }
 

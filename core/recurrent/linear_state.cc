@@ -53,6 +53,15 @@ torch::Tensor StepSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& k
                                  denominator_eps);
 }
 
+torch::Tensor StepProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                              torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                              const torch::Tensor& projection_t,
+                                              const torch::Tensor& v, double kernel_eps,
+                                              double denominator_eps) {
+  return kernels::FavorProjectedStateStep(state_rows, key_max, sums, head_inputs, projection_t, v,
+                                          kernel_eps, denominator_eps);
+}
+
 bool ScanLinearStateSupported(const torch::Tensor& state) {
   return kernels::LinearStateScanSupported(state);
 }

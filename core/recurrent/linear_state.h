@@ -48,6 +48,15 @@ torch::Tensor StepSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& k
                                      const torch::Tensor& diag, const torch::Tensor& v,
                                      double kernel_eps, double denominator_eps);
 
+// StepSoftmaxKernelState with the FAVOR+ projection done in the step
+// (kernels::FavorProjectedStateStep): head_inputs [B, 2, H, D] are the new
+// query and key of each head, projection_t [D, M] is (d^-1/4 P)^T.
+torch::Tensor StepProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                              torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                              const torch::Tensor& projection_t,
+                                              const torch::Tensor& v, double kernel_eps,
+                                              double denominator_eps);
+
 // The scans (kernels/linear_state_step.h): T tokens of each state in order,
 // each with the operations of one step above, so that a prompt gets the
 // bits the steps would give it. Only where ScanLinearStateSupported.

@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <cstdint>
 
@@ -220,6 +221,112 @@ const char* LaunchWeights(const FusedLinearArgs& a, cudaStream_t stream) {
   return vector ? LaunchVector<W, true>(a, stream) : LaunchVector<W, false>(a, stream);
 }
 
+// The tensor-core kernel (FusedLinearMmaForward): a block of 4 warps owns a
+// tile of 32 rows x 32 outputs; warp w computes the 16 x 16 fragment at rows
+// 16 (w % 2), outputs 16 (w / 2). Per pass of 64 inputs the block stages its
+// rows of x (normalised, zeros past the batch) as hi = bf16(x) and lo =
+// bf16(x - hi) in shared memory; each warp loads its weight fragment straight
+// from global memory (W (out, in) row-major is the column-major K x N
+// operand) and accumulates lo W + hi W in float32. The accumulators go
+// through shared memory to the epilogue.
+constexpr int kMmaTile = 16;                 // wmma m = n = k
+constexpr int kMmaTileRows = 32;             // rows of x per block
+constexpr int kMmaTileCols = 32;             // outputs per block
+constexpr int kMmaChunk = 64;                // inputs staged per pass
+constexpr int kMmaLd = kMmaChunk + 8;        // bf16 per staged row: a multiple of 8
+constexpr int kMmaOutLd = kMmaTileCols + 4;  // floats per row of the output tile
+
+__global__ void __launch_bounds__(kThreads) FusedLinearMmaKernel(FusedLinearArgs a) {
+  namespace wmma = nvcuda::wmma;
+  __shared__ __align__(32) __nv_bfloat16 hi[kMmaTileRows * kMmaLd];
+  __shared__ __align__(32) __nv_bfloat16 lo[kMmaTileRows * kMmaLd];
+  __shared__ __align__(32) float out_tile[kMmaTileRows * kMmaOutLd];
+  __shared__ float mean_s[kMmaTileRows];
+  __shared__ float rstd_s[kMmaTileRows];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t in = a.in;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMmaTileRows;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kMmaTileCols;
+  const int rows = static_cast<int>(a.rows - row0 < kMmaTileRows ? a.rows - row0 : kMmaTileRows);
+  if (a.norm_weight != nullptr) {
+    // LayerNorm's statistics of the block's rows, as NormalizeRows: a warp
+    // per row, the mean, then the variance about it.
+    for (int r = warp; r < rows; r += kWarpsPerBlock) {
+      const float* row = a.x + (row0 + r) * in;
+      float sum = 0.0f;
+      for (int64_t i = lane; i < in; i += 32) sum += row[i];
+      const float mean = WarpSum(sum) / static_cast<float>(in);
+      float squares = 0.0f;
+      for (int64_t i = lane; i < in; i += 32) {
+        const float d = row[i] - mean;
+        squares += d * d;
+      }
+      const float rstd = rsqrtf(WarpSum(squares) / static_cast<float>(in) + a.norm_eps);
+      if (lane == 0) {
+        mean_s[r] = mean;
+        rstd_s[r] = rstd;
+      }
+    }
+    __syncthreads();
+  }
+  const int warp_row = (warp % 2) * kMmaTile;
+  const int warp_col = (warp / 2) * kMmaTile;
+  const int64_t o0 = col0 + warp_col;
+  const bool active = o0 < a.out;  // out % 16 == 0: whole fragments (warp-uniform)
+  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(a.weight) + (active ? o0 : 0) * in;
+  wmma::fragment<wmma::accumulator, kMmaTile, kMmaTile, kMmaTile, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  for (int64_t k0 = 0; k0 < in; k0 += kMmaChunk) {
+    const int width = static_cast<int>(in - k0 < kMmaChunk ? in - k0 : kMmaChunk);  // % 16 == 0
+    for (int e = tid; e < kMmaTileRows * kMmaChunk; e += kThreads) {
+      const int r = e / kMmaChunk, c = e % kMmaChunk;
+      float v = 0.0f;
+      if (r < rows && c < width) {
+        const int64_t i = k0 + c;
+        v = a.x[(row0 + r) * in + i];
+        if (a.norm_weight != nullptr) {
+          const float b = a.norm_bias != nullptr ? a.norm_bias[i] : 0.0f;
+          v = (v - mean_s[r]) * rstd_s[r] * a.norm_weight[i] + b;
+        }
+      }
+      const __nv_bfloat16 h = __float2bfloat16_rn(v);
+      hi[r * kMmaLd + c] = h;
+      lo[r * kMmaLd + c] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+    __syncthreads();
+    if (active) {
+      for (int kk = 0; kk < width; kk += kMmaTile) {
+        wmma::fragment<wmma::matrix_b, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::col_major>
+            b;
+        wmma::load_matrix_sync(b, w + k0 + kk, static_cast<unsigned>(in));
+        wmma::fragment<wmma::matrix_a, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major>
+            x_hi, x_lo;
+        wmma::load_matrix_sync(x_lo, lo + warp_row * kMmaLd + kk, kMmaLd);
+        wmma::load_matrix_sync(x_hi, hi + warp_row * kMmaLd + kk, kMmaLd);
+        wmma::mma_sync(acc, x_lo, b, acc);
+        wmma::mma_sync(acc, x_hi, b, acc);
+      }
+    }
+    __syncthreads();  // before the next pass overwrites hi and lo
+  }
+  if (active) {
+    wmma::store_matrix_sync(out_tile + warp_row * kMmaOutLd + warp_col, acc, kMmaOutLd,
+                            wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = tid; e < kMmaTileRows * kMmaTileCols; e += kThreads) {
+    const int r = e / kMmaTileCols, c = e % kMmaTileCols;
+    const int64_t o = col0 + c;
+    if (r >= rows || o >= a.out) continue;
+    float v = out_tile[r * kMmaOutLd + c] + (a.bias != nullptr ? a.bias[o] : 0.0f);
+    if (a.gelu) v = Gelu(v);
+    const int64_t at = (row0 + r) * a.out + o;
+    if (a.residual != nullptr) v += a.residual[at];
+    a.y[at] = v;
+  }
+}
+
 }  // namespace
 
 const char* FusedLinearForward(const FusedLinearArgs& a, void* stream) {
@@ -227,6 +334,23 @@ const char* FusedLinearForward(const FusedLinearArgs& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   return a.weight_type == FusedWeightType::kBFloat16 ? LaunchWeights<__nv_bfloat16>(a, s)
                                                      : LaunchWeights<float>(a, s);
+}
+
+bool FusedLinearMmaSupported(const FusedLinearArgs& a) {
+  return a.weight_type == FusedWeightType::kBFloat16 && a.in % kMmaTile == 0 &&
+         a.out % kMmaTile == 0 && reinterpret_cast<uintptr_t>(a.weight) % 32 == 0;
+}
+
+const char* FusedLinearMmaForward(const FusedLinearArgs& a, void* stream) {
+  if (!FusedLinearMmaSupported(a)) {
+    return "FusedLinearMmaForward: needs bfloat16 weights, in and out multiples of 16 and "
+           "32-byte aligned weights";
+  }
+  if (a.rows == 0 || a.out == 0) return nullptr;
+  const dim3 grid(static_cast<unsigned>((a.out + kMmaTileCols - 1) / kMmaTileCols),
+                  static_cast<unsigned>((a.rows + kMmaTileRows - 1) / kMmaTileRows));
+  FusedLinearMmaKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return LaunchError();
 }
 
 }  // namespace performer::kernels::cuda

@@ -46,4 +46,14 @@ struct FusedLinearArgs {
 // Returns a CUDA error string or nullptr.
 const char* FusedLinearForward(const FusedLinearArgs& args, void* stream);
 
+// The same op on tensor cores, for bfloat16 weights (kernels::
+// SetCudaFusedLinearTensorCores): each normalised x is split into two
+// bfloat16 terms, hi = bf16(x) and lo = bf16(x - hi), and y = act((hi + lo)
+// W^T + bias) + residual with float32 accumulation (nvcuda::wmma 16x16x16),
+// blocks of 4 warps over tiles of 32 rows x 32 outputs. Needs
+// FusedLinearMmaSupported: in and out multiples of 16, weights 32-byte
+// aligned. y may alias residual, not x. Returns a CUDA error string or nullptr.
+bool FusedLinearMmaSupported(const FusedLinearArgs& args);
+const char* FusedLinearMmaForward(const FusedLinearArgs& args, void* stream);
+
 }  // namespace performer::kernels::cuda

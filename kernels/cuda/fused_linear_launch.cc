@@ -31,11 +31,12 @@ torch::Tensor TensorOps(const torch::Tensor& x, const torch::Tensor& weight,
 
 torch::Tensor FusedLinearCuda(const torch::Tensor& x, const torch::Tensor& weight,
                               const FusedLinearOptions& o, bool own_kernel) {
-  if (!own_kernel) return TensorOps(x, weight, o);
+  const bool bf16 = weight.scalar_type() == torch::kBFloat16;
+  const bool tensor_cores = !own_kernel && bf16 && CudaFusedLinearTensorCores();
+  if (!own_kernel && !tensor_cores) return TensorOps(x, weight, o);
   torch::Tensor y = torch::empty({x.size(0), weight.size(0)}, x.options());
   FusedLinearArgs a{};
-  a.weight_type = weight.scalar_type() == torch::kBFloat16 ? FusedWeightType::kBFloat16
-                                                           : FusedWeightType::kFloat32;
+  a.weight_type = bf16 ? FusedWeightType::kBFloat16 : FusedWeightType::kFloat32;
   a.x = x.data_ptr<float>();
   a.weight = weight.data_ptr();
   a.bias = OptionalData(o.bias);
@@ -48,6 +49,11 @@ torch::Tensor FusedLinearCuda(const torch::Tensor& x, const torch::Tensor& weigh
   a.rows = x.size(0);
   a.in = x.size(1);
   a.out = weight.size(0);
+  if (tensor_cores) {
+    if (!FusedLinearMmaSupported(a)) return TensorOps(x, weight, o);
+    CheckLaunch(FusedLinearMmaForward(a, CurrentStream(x)), "FusedLinear (tensor cores)");
+    return y;
+  }
   CheckLaunch(FusedLinearForward(a, CurrentStream(x)), "FusedLinear");
   return y;
 }

@@ -3,7 +3,8 @@
 // float32, weight contiguous float32 or bfloat16, the optional operands
 // contiguous float32 of the right sizes). own_kernel false (above
 // CudaFusedLinearMaxRows() rows): cuBLAS's float32 GEMM and tensor ops
-// instead, bf16 weights widened (exactly) first.
+// instead, bf16 weights widened (exactly) first; or, for bf16 weights when
+// CudaFusedLinearTensorCores() and the shape allows, the tensor-core kernel.
 #pragma once
 
 #include <torch/types.h>

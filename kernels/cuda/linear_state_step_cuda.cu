@@ -28,26 +28,73 @@ __device__ float WarpMax(float x) {
 constexpr int kNewKeyMax = 5;
 constexpr int kLastBlock = 6;
 
-// Stages the q and k features of row r in shared memory (q_s, k_s: M each)
-// and sets scalars[kDecay] (and, for FAVOR+, scalars[kNewKeyMax]; the caller
-// writes it back to key_max once no block of the row still reads the old
-// value) and scalars[kQuerySum] when normalising. Ends with a barrier.
+// u = x . projection_t of the row's query and key (x staged in x_s, 2 D
+// floats) into q_s and k_s; thread t forms features t, t + T, ...: the loads
+// of projection_t are coalesced across the block and every row of the batch
+// reads the same D x M floats (from L2). Each u[f] sums over i in order.
+// Also returns |x_q|^2 and |x_k|^2 to lane 0 of warp 0. Ends with a barrier.
+__device__ void ProjectHeadInputs(const LinearStateStepArgs& a, int64_t query_index,
+                                  int64_t key_index, float* q_s, float* k_s, float* x_s,
+                                  float* query_squares, float* key_squares) {
+  const int m = static_cast<int>(a.features);
+  const int d = static_cast<int>(a.head_dim);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const float* xq = a.head_inputs + query_index * d;
+  const float* xk = a.head_inputs + key_index * d;
+  for (int i = tid; i < 2 * d; i += threads) x_s[i] = i < d ? xq[i] : xk[i - d];
+  __syncthreads();
+  for (int f = tid; f < m; f += threads) {
+    const float* p = a.projection_t + f;
+    float uq = 0.0f, uk = 0.0f;
+    for (int i = 0; i < d; ++i) {
+      const float w = __ldg(p + static_cast<int64_t>(i) * m);
+      uq = fmaf(x_s[i], w, uq);
+      uk = fmaf(x_s[d + i], w, uk);
+    }
+    q_s[f] = uq;
+    k_s[f] = uk;
+  }
+  if (tid < 32) {
+    float sq = 0.0f, sk = 0.0f;
+    for (int i = tid; i < d; i += 32) {
+      sq = fmaf(x_s[i], x_s[i], sq);
+      sk = fmaf(x_s[d + i], x_s[d + i], sk);
+    }
+    sq = WarpSum(sq);
+    sk = WarpSum(sk);
+    *query_squares = sq;
+    *key_squares = sk;
+  }
+  __syncthreads();
+}
+
+// Stages the q and k features of row r in shared memory (q_s, k_s: M each;
+// x_s: 2 D scratch floats, used with head_inputs) and sets scalars[kDecay]
+// (and, for FAVOR+, scalars[kNewKeyMax]; the caller writes it back to
+// key_max once no block of the row still reads the old value) and
+// scalars[kQuerySum] when normalising. Ends with a barrier.
 __device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t slot, float* q_s,
-                              float* k_s, float* scalars) {
+                              float* k_s, float* x_s, float* scalars) {
   const int m = static_cast<int>(a.features);
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
-  if (a.projections != nullptr) {
+  if (FavorFeaturesInStep(a)) {
     const int64_t b = r / a.heads, h = r % a.heads;
     const int64_t query_index = (b * 2) * a.heads + h;
     const int64_t key_index = (b * 2 + 1) * a.heads + h;
-    const float* uq = a.projections + query_index * m;
-    const float* uk = a.projections + key_index * m;
-    for (int f = tid; f < m; f += threads) {
-      q_s[f] = uq[f];
-      k_s[f] = uk[f];
+    float query_squares = 0.0f, key_squares = 0.0f;  // lane 0 of warp 0
+    if (a.head_inputs != nullptr) {
+      ProjectHeadInputs(a, query_index, key_index, q_s, k_s, x_s, &query_squares, &key_squares);
+    } else {
+      const float* uq = a.projections + query_index * m;
+      const float* uk = a.projections + key_index * m;
+      for (int f = tid; f < m; f += threads) {
+        q_s[f] = uq[f];
+        k_s[f] = uk[f];
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (tid < 32) {
       float q_max = -CUDART_INF_F, k_max = -CUDART_INF_F;
       for (int f = tid; f < m; f += 32) {
@@ -57,12 +104,15 @@ __device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t s
       q_max = WarpMax(q_max);
       k_max = WarpMax(k_max);
       if (tid == 0) {
+        const bool projected = a.head_inputs != nullptr;
+        const float query_diag = projected ? query_squares * a.diag_scale : a.diag[query_index];
+        const float key_diag = projected ? key_squares * a.diag_scale : a.diag[key_index];
         const float old_max = a.key_max[slot];
         const float new_max = fmaxf(old_max, k_max);
         scalars[kNewKeyMax] = new_max;
         scalars[kDecay] = expf(old_max - new_max);
-        scalars[kQueryShift] = a.diag[query_index] + q_max;
-        scalars[kKeyShift] = a.diag[key_index] + new_max;
+        scalars[kQueryShift] = query_diag + q_max;
+        scalars[kKeyShift] = key_diag + new_max;
       }
     }
     __syncthreads();
@@ -124,7 +174,7 @@ __device__ void WriteOutput(const LinearStateStepArgs& a, int64_t r, int64_t slo
 
 // Block r steps row r (see the header); blocks are one-dimensional.
 // Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
-// (blockDim.x) | scalars.
+// (blockDim.x) | scalars | x (2 D, with head_inputs).
 // 56 registers: four blocks per SM (50% occupancy). Forcing six (40
 // registers, a few spilled) is slower on sm_90.
 __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
@@ -137,6 +187,7 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   float* acc_s = k_s + m;
   float* partial = acc_s + c;
   float* scalars = partial + blockDim.x;
+  float* x_s = scalars + kScalars;
   const int64_t r = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
@@ -151,8 +202,8 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   const float* v = a.v + r * e;
 
   // 1. The q and k features of the row, staged in shared memory.
-  StageFeatures(a, r, slot, q_s, k_s, scalars);
-  if (a.projections != nullptr && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
+  StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
+  if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
 
   // 2. Update and read-out. With C <= threads, thread t owns column
   // t % C of features t / C, t / C + G, ... (G = threads / C groups): the
@@ -214,7 +265,7 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
 // The vector kernel (linear_state_step_plan.h): block (r, s) steps periods
 // [s P, (s + 1) P) of row r's flat state, P = plan.periods_per_split.
 // Shared memory, in floats: partial (4 T, first: 16-byte aligned) | q (M) |
-// k (M) | acc (E + 1) | scalars.
+// k (M) | acc (E + 1) | scalars | x (2 D, with head_inputs).
 constexpr int kVectorUnroll = 4;  // 16-byte loads in flight per thread
 
 // One state element s of feature f: S = decay S + k_f v, acc += q_f S.
@@ -235,6 +286,7 @@ __global__ void __launch_bounds__(kVectorStepMaxThreads)
   float* k_s = q_s + m;
   float* acc_s = k_s + m;
   float* scalars = acc_s + c;
+  float* x_s = scalars + kScalars;
   const int64_t r = blockIdx.x;
   const int64_t split = blockIdx.y;
   const int tid = static_cast<int>(threadIdx.x);
@@ -253,9 +305,9 @@ __global__ void __launch_bounds__(kVectorStepMaxThreads)
   float4* state = reinterpret_cast<float4*>(a.state + slot * elements);
   const float* v = a.v + r * e;
 
-  // 1. Features (every split computes them: 2 M values against its share of
-  // the M x C state).
-  StageFeatures(a, r, slot, q_s, k_s, scalars);
+  // 1. Features (every split computes them: 2 M values, and with
+  // head_inputs their projection, against its share of the M x C state).
+  StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
   const float decay = scalars[kDecay];
 
   // 2. Update and read-out. Lane u of thread t is flat offset 4 t + u of
@@ -326,26 +378,37 @@ __global__ void __launch_bounds__(kVectorStepMaxThreads)
     __syncthreads();
   }
   // Every split has read key_max[slot] by now (its ticket came after).
-  if (a.projections != nullptr && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
+  if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
   WriteOutput(a, r, slot, acc_s, scalars);
 }
 
 const char* CheckArgs(const LinearStateStepArgs& args) {
   if (args.features < 1 || args.columns < 1) return "M and E + 1 must be positive";
   if (args.slots == nullptr && args.pool < args.rows) return "fewer states than rows";
-  if (args.projections != nullptr &&
-      (args.heads < 1 || args.diag == nullptr || args.key_max == nullptr || !args.normalize)) {
+  if (args.projections != nullptr && args.head_inputs != nullptr) {
+    return "give the FAVOR+ step projections or head_inputs, not both";
+  }
+  if (FavorFeaturesInStep(args) && (args.heads < 1 || args.key_max == nullptr || !args.normalize ||
+                                    (args.projections != nullptr && args.diag == nullptr))) {
     return "FAVOR+ step needs heads >= 1, diag, key_max and normalisation";
   }
-  if (args.projections == nullptr && (args.q == nullptr || args.k == nullptr)) {
+  if (args.head_inputs != nullptr && (args.projection_t == nullptr || args.head_dim < 1)) {
+    return "the FAVOR+ projection needs projection_t and D >= 1";
+  }
+  if (!FavorFeaturesInStep(args) && (args.q == nullptr || args.k == nullptr)) {
     return "q and k are required without projections";
   }
   if (args.rows > 0x7fffffff) return "too many rows for one grid";
   return nullptr;
 }
 
+// Floats of the staged query and key vectors (2 D with head_inputs).
+int64_t HeadInputFloats(const LinearStateStepArgs& args) {
+  return args.head_inputs != nullptr ? 2 * args.head_dim : 0;
+}
+
 int64_t VectorSharedFloats(const LinearStateStepArgs& args, const VectorStepPlan& plan) {
-  return plan.period + 2 * args.features + args.columns + kScalars;
+  return plan.period + 2 * args.features + args.columns + kScalars + HeadInputFloats(args);
 }
 
 }  // namespace
@@ -353,8 +416,10 @@ int64_t VectorSharedFloats(const LinearStateStepArgs& args, const VectorStepPlan
 const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream) {
   if (const char* error = CheckArgs(args)) return error;
   if (args.rows == 0) return nullptr;
-  const int64_t shared_floats = 2 * args.features + args.columns + kThreadsPerBlock + kScalars;
-  if (shared_floats > kMaxStateStepSharedFloats) return "2 M + E too large for shared memory";
+  const int64_t shared_floats =
+      2 * args.features + args.columns + kThreadsPerBlock + kScalars + HeadInputFloats(args);
+  if (shared_floats > kMaxStateStepSharedFloats)
+    return "2 M + E (+ 2 D) too large for shared memory";
   LinearStateStepKernel<<<static_cast<unsigned>(args.rows), kThreadsPerBlock,
                           sizeof(float) * static_cast<size_t>(shared_floats),
                           static_cast<cudaStream_t>(stream)>>>(args);

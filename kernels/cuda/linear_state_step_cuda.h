@@ -16,6 +16,12 @@
 //   q = exp(u_q - diag_q - max_f u_q) + kernel_eps
 //   M' = max(key_max[p], max_f u_k); decay = exp(key_max[p] - M');
 //   k = exp(u_k - diag_k - M').
+// With `head_inputs` set instead (FavorProjectedStateStep) u and diag are
+// formed in the launch too, from the rows' query and key vectors
+// head_inputs (B, 2, H, D) and projection_t = (d^-1/4 P)^T (D, M):
+//   u[f] = sum_i x[i] projection_t[i, f] (i in order), diag = diag_scale |x|^2.
+// Each block forms its own row's u (2 M D multiply-adds, P read from L2),
+// which replaces a GEMM and the elementwise ops of the diagonal per layer.
 //
 // LinearStateStepForward (CudaStepKernel::kRowBlocks): one block per row r
 // walking the row's M x (E + 1) state as one contiguous array, thread t
@@ -31,6 +37,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/host_device.h"
 #include "kernels/cuda/linear_state_step_plan.h"
 
 namespace performer::kernels::cuda {
@@ -59,10 +66,23 @@ struct LinearStateStepArgs {
   float* key_max;            // (pool,)
   int64_t heads;
   float kernel_eps;
+  // FAVOR+ projection in the kernel (FavorProjectedStateStep) when
+  // head_inputs is not null; projections and diag are then unused.
+  const float* head_inputs;   // (B, 2, H, D), B * H = rows
+  const float* projection_t;  // (D, M)
+  int64_t head_dim;           // D
+  float diag_scale;           // 1 / (2 sqrt(D))
 };
 
-// Shared memory of one block must hold 2 M + E + 1 floats plus a fixed
-// reduction buffer; larger shapes are refused with an error.
+// Whether the step computes FAVOR+ features (from projections or from
+// head_inputs) rather than reading q, k and decay.
+PERFORMER_HOST_DEVICE inline bool FavorFeaturesInStep(const LinearStateStepArgs& a) {
+  return a.projections != nullptr || a.head_inputs != nullptr;
+}
+
+// Shared memory of one block must hold 2 M + E + 1 floats (and 2 D with
+// head_inputs) plus a fixed reduction buffer; larger shapes are refused with
+// an error.
 constexpr int64_t kMaxStateStepSharedFloats = 11 * 1024;
 
 const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream);

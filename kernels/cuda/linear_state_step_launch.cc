@@ -99,16 +99,16 @@ torch::Tensor LinearStateStepNormalizedCuda(torch::Tensor& state, const torch::T
   return out;
 }
 
-torch::Tensor FavorStateStepCuda(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
-                                 const torch::Tensor& projections, const torch::Tensor& diag,
-                                 const torch::Tensor& v, double kernel_eps, double denominator_eps,
-                                 const torch::Tensor& slots) {
+// The fields of the FAVOR+ step (normalisation, key maxima, sums) that
+// FavorStateStepCuda and FavorProjectedStateStepCuda share.
+LinearStateStepArgs FavorArgs(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                              const torch::Tensor& v32, int64_t heads, double kernel_eps,
+                              double denominator_eps, const torch::Tensor& slots,
+                              torch::Tensor& out) {
   for (const torch::Tensor* t : {&key_max, &sums}) {
     TORCH_CHECK(t->is_contiguous() && t->scalar_type() == torch::kFloat,
                 "FavorStateStep: key_max and sums must be contiguous float32");
   }
-  const torch::Tensor u32 = F32(projections), diag32 = F32(diag), v32 = F32(v);
-  torch::Tensor out = torch::empty({v.size(0), state.size(2) - 1}, state.options());
   LinearStateStepArgs a = BaseArgs(state, v32, slots, out);
   const double ratio = 1.0 / std::sqrt(static_cast<double>(state.size(1)));
   a.normalize = true;
@@ -116,12 +116,40 @@ torch::Tensor FavorStateStepCuda(torch::Tensor& state, torch::Tensor& key_max, t
   a.scale = static_cast<float>(ratio * ratio);
   a.offset = static_cast<float>(ratio * ratio * kernel_eps);
   a.eps = static_cast<float>(denominator_eps * ratio);
+  a.key_max = key_max.data_ptr<float>();
+  a.heads = heads;
+  a.kernel_eps = static_cast<float>(kernel_eps);
+  return a;
+}
+
+torch::Tensor FavorStateStepCuda(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                                 const torch::Tensor& projections, const torch::Tensor& diag,
+                                 const torch::Tensor& v, double kernel_eps, double denominator_eps,
+                                 const torch::Tensor& slots) {
+  const torch::Tensor u32 = F32(projections), diag32 = F32(diag), v32 = F32(v);
+  torch::Tensor out = torch::empty({v.size(0), state.size(2) - 1}, state.options());
+  LinearStateStepArgs a = FavorArgs(state, key_max, sums, v32, projections.size(2), kernel_eps,
+                                    denominator_eps, slots, out);
   a.projections = u32.data_ptr<float>();
   a.diag = diag32.data_ptr<float>();
-  a.key_max = key_max.data_ptr<float>();
-  a.heads = projections.size(2);
-  a.kernel_eps = static_cast<float>(kernel_eps);
   Launch(a, state, "FavorStateStep");
+  return out;
+}
+
+torch::Tensor FavorProjectedStateStepCuda(torch::Tensor& state, torch::Tensor& key_max,
+                                          torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                          const torch::Tensor& projection_t, const torch::Tensor& v,
+                                          double kernel_eps, double denominator_eps,
+                                          const torch::Tensor& slots) {
+  const torch::Tensor x32 = F32(head_inputs), p32 = F32(projection_t), v32 = F32(v);
+  torch::Tensor out = torch::empty({v.size(0), state.size(2) - 1}, state.options());
+  LinearStateStepArgs a = FavorArgs(state, key_max, sums, v32, head_inputs.size(2), kernel_eps,
+                                    denominator_eps, slots, out);
+  a.head_inputs = x32.data_ptr<float>();
+  a.projection_t = p32.data_ptr<float>();
+  a.head_dim = head_inputs.size(3);
+  a.diag_scale = static_cast<float>(0.5 / std::sqrt(static_cast<double>(a.head_dim)));
+  Launch(a, state, "FavorProjectedStateStep");
   return out;
 }
 

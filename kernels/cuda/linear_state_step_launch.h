@@ -1,9 +1,9 @@
 // Torch-facing launch of the CUDA fused decode step
 // (kernels/cuda/linear_state_step_cuda.h). Called by
 // kernels/linear_state_step.cc for CUDA states after it has checked shapes,
-// devices and slots; q, k, v, decay, projections and diag are made contiguous
-// float32 here, state, sums and key_max are updated in place (contiguous
-// float32 already, as the entry point requires).
+// devices and slots; q, k, v, decay, projections, diag, head_inputs and
+// projection_t are made contiguous float32 here, state, sums and key_max are
+// updated in place (contiguous float32 already, as the entry point requires).
 #pragma once
 
 #include <torch/types.h>
@@ -24,5 +24,11 @@ torch::Tensor FavorStateStepCuda(torch::Tensor& state, torch::Tensor& key_max, t
                                  const torch::Tensor& projections, const torch::Tensor& diag,
                                  const torch::Tensor& v, double kernel_eps, double denominator_eps,
                                  const torch::Tensor& slots);
+
+torch::Tensor FavorProjectedStateStepCuda(torch::Tensor& state, torch::Tensor& key_max,
+                                          torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                          const torch::Tensor& projection_t, const torch::Tensor& v,
+                                          double kernel_eps, double denominator_eps,
+                                          const torch::Tensor& slots);
 
 }  // namespace performer::kernels::cuda

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <string>
+
 #include "kernels/cpu/simd.h"
 #include "tests/testing/fixtures.h"
 
@@ -133,6 +136,57 @@ TEST(FavorStateStepTest, MatchesTheFeatureMapAndNormalisation) {
   EXPECT_THROW(
       FavorStateStep(state, key_max, sums, projections.narrow(3, 0, 8), diag, v, 1e-4, 1e-6),
       c10::Error);
+}
+
+// The step given each head's query and key forms u = x (d^-1/4 P)^T and
+// diag = |x|^2 / (2 sqrt(D)) itself: it equals FavorStateStep on those, for
+// rows of a pool (slots), with the (B, 2, H, D) layout of the inputs.
+TEST(FavorProjectedStateStepTest, EqualsTheStepOnItsProjections) {
+  torch::manual_seed(12);
+  const int64_t batch = 3, heads = 2, rows = batch * heads, features = 16, dims = 4, d = 8;
+  const int64_t pool = 9;
+  const torch::Tensor slots = torch::tensor({7, 2, 0, 5, 8, 3}, torch::kLong);
+  torch::Tensor state = torch::rand({pool, features, dims + 1});
+  torch::Tensor sums = torch::rand({pool, dims + 1});
+  torch::Tensor key_max = torch::randn({pool});
+  torch::Tensor expected_state = state.clone(), expected_sums = sums.clone();
+  torch::Tensor expected_max = key_max.clone();
+  const torch::Tensor projection_t = torch::randn({d, features}) * std::pow(8.0, -0.25);
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor x = torch::randn({batch, 2, heads, d}) * (1.0 + step);
+    const torch::Tensor v = torch::randn({rows, dims});
+    const torch::Tensor u = torch::einsum("bshi,if->bshf", {x, projection_t});
+    const torch::Tensor diag = (x * x).sum(-1) / (2.0 * std::sqrt(static_cast<double>(d)));
+    const torch::Tensor expected =
+        FavorStateStep(expected_state, expected_max, expected_sums, u, diag, v, 1e-4, 1e-6, slots);
+    const torch::Tensor out =
+        FavorProjectedStateStep(state, key_max, sums, x, projection_t, v, 1e-4, 1e-6, slots);
+    EXPECT_TENSOR_CLOSE(out, expected, 1e-5, 1e-6);
+    EXPECT_TENSOR_CLOSE(state, expected_state, 1e-5, 1e-6);
+    EXPECT_TENSOR_CLOSE(sums, expected_sums, 0, 0);
+    EXPECT_TENSOR_CLOSE(key_max, expected_max, 1e-6, 1e-6);
+  }
+}
+
+TEST(FavorProjectedStateStepTest, BadShapesAreErrors) {
+  torch::Tensor state = torch::zeros({2, 16, 5}), sums = torch::zeros({2, 5});
+  torch::Tensor key_max = torch::zeros({2});
+  const torch::Tensor x = torch::randn({1, 2, 2, 8}), projection_t = torch::randn({8, 16});
+  const torch::Tensor v = torch::randn({2, 4});
+  auto message = [&](const torch::Tensor& inputs, const torch::Tensor& projection) {
+    try {
+      FavorProjectedStateStep(state, key_max, sums, inputs, projection, v, 1e-4, 1e-6);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(x, projection_t), "no error");
+  EXPECT_NE(message(x.reshape({1, 4, 1, 8}), projection_t).find("head_inputs must be (B, 2, H, D)"),
+            std::string::npos);
+  EXPECT_NE(message(x, projection_t.narrow(1, 0, 8)).find("projection_t must be (D, M) = (8, 16)"),
+            std::string::npos);
+  EXPECT_NE(message(x, projection_t.t()).find("projection_t must be"), std::string::npos);
 }
 
 }  // namespace

@@ -254,16 +254,41 @@ TEST(DecodeStepOptionsTest, WeightDtypeNamesRoundTrip) {
   EXPECT_TRUE(o.UsesFusedStep(false));
 }
 
+// favor_projection_in_step moves the FAVOR+ projection into the CUDA state
+// kernel; the CPU ignores it and keeps its bits.
+TEST(DecodeStepOptionsTest, FavorProjectionInStepLeavesTheCpuBitsAlone) {
+  const PerformerLMConfig config = TinyLMConfig();
+  DecodeStepOptions projected;
+  projected.fused = true;
+  projected.favor_projection_in_step = true;
+  DecodeStepOptions fused;
+  fused.fused = true;
+  auto a = Decoder(config, projected), b = Decoder(config, fused);
+  StepBoth(*a, *b, config.num_tokens,
+           [](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
+             EXPECT_TRUE(torch::equal(x, y)) << what;
+           });
+}
+
 // On a GPU: the fused step, replayed from CUDA graphs and eager, against the
-// separate ops on the CPU (float32), and bf16 weights on both devices.
+// separate ops on the CPU (float32), and bf16 weights on both devices;
+// float32 also with the FAVOR+ projection in the state kernel.
 TEST(FusedStepCudaTest, FusedStepOnTheGpuMatchesTheCpu) {
   PERFORMER_REQUIRE_CUDA();
-  for (WeightDtype dtype : {WeightDtype::kFloat32, WeightDtype::kBFloat16}) {
+  struct Variant {
+    WeightDtype dtype;
+    bool projection_in_step;
+  };
+  for (const Variant& variant :
+       {Variant{WeightDtype::kFloat32, false}, Variant{WeightDtype::kFloat32, true},
+        Variant{WeightDtype::kBFloat16, false}}) {
+    const WeightDtype dtype = variant.dtype;
     for (bool graphs : {true, false}) {
       PerformerLMConfig config = TinyLMConfig();
       DecodeStepOptions step;
       step.fused = true;
       step.weight_dtype = dtype;
+      step.favor_projection_in_step = variant.projection_in_step;
       auto gpu = Decoder(config, step, torch::kCUDA, graphs);
       ASSERT_EQ(gpu->info().cuda_graphs, graphs) << gpu->cuda_graphs_status();
       DecodeStepOptions unfused;
@@ -276,7 +301,8 @@ TEST(FusedStepCudaTest, FusedStepOnTheGpuMatchesTheCpu) {
                [&](const torch::Tensor& x, const torch::Tensor& y, const std::string& what) {
                  const double scale = std::max(1.0, y.abs().max().item<double>());
                  EXPECT_LE((x.cpu() - y).abs().max().item<double>(), tolerance * scale)
-                     << what << " " << models::WeightDtypeName(dtype) << " graphs " << graphs;
+                     << what << " " << models::WeightDtypeName(dtype) << " graphs " << graphs
+                     << " projection in step " << variant.projection_in_step;
                });
     }
   }

@@ -2,7 +2,7 @@
 // combination of norm, GELU and residual, float32 and bfloat16 weights,
 // batches that take 1, 2, 4 and 8 rows per block and a ragged last block,
 // widths with and without 16-byte weight loads, and shared memory past the
-// default 48 KiB.
+// default 48 KiB; and the tensor-core kernel for bfloat16 weights.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -73,6 +73,48 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCudaTest,
                                            FusedShape{3, 100, 37}, FusedShape{8, 2048, 512},
                                            FusedShape{13, 512, 2048}, FusedShape{64, 64, 256},
                                            FusedShape{257, 520, 33}, FusedShape{5, 8000, 9}),
+                         [](const ::testing::TestParamInfo<FusedShape>& info) {
+                           return "rows" + std::to_string(info.param.rows) + "_in" +
+                                  std::to_string(info.param.in) + "_out" +
+                                  std::to_string(info.param.out);
+                         });
+
+// Above the threshold with bfloat16 weights and SetCudaFusedLinearTensorCores:
+// the tensor-core kernel (x as hi + lo bf16 terms) against the CPU with the
+// widened weights and float32 x, every epilogue; ragged row and output
+// tiles (40 x 48), and shapes it does not take (in 520, out 33), which keep
+// cuBLAS.
+class FusedLinearTensorCoreCudaTest : public ::testing::TestWithParam<FusedShape> {};
+
+TEST_P(FusedLinearTensorCoreCudaTest, MatchesTheCpuKernel) {
+  PERFORMER_REQUIRE_CUDA();
+  const FusedShape s = GetParam();
+  torch::manual_seed(64);
+  const torch::Tensor x = torch::randn({s.rows, s.in});
+  const torch::Tensor w =
+      (torch::randn({s.out, s.in}) / std::sqrt(static_cast<double>(s.in))).to(torch::kBFloat16);
+  const torch::Tensor bias = torch::randn({s.out});
+  const torch::Tensor gamma = 1.0 + 0.1 * torch::randn({s.in}), beta = 0.1 * torch::randn({s.in});
+  const torch::Tensor residual = torch::randn({s.rows, s.out});
+  const int64_t max_rows = CudaFusedLinearMaxRows();
+  SetCudaFusedLinearMaxRows(8);
+  SetCudaFusedLinearTensorCores(true);
+  for (int mask = 0; mask < 8; ++mask) {
+    const FusedLinearOptions o = Options(mask, bias, gamma, beta, residual);
+    const torch::Tensor expected = FusedLinear(x, w.to(torch::kFloat), o);
+    const torch::Tensor got = FusedLinear(x.cuda(), w.cuda(), OnDevice(o)).cpu();
+    ASSERT_EQ(got.sizes(), expected.sizes());
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
+        << "mask " << mask << " max |diff| " << (got - expected).abs().max().item<float>();
+  }
+  SetCudaFusedLinearTensorCores(false);
+  SetCudaFusedLinearMaxRows(max_rows);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearTensorCoreCudaTest,
+                         ::testing::Values(FusedShape{33, 512, 1536}, FusedShape{64, 512, 512},
+                                           FusedShape{96, 2048, 512}, FusedShape{257, 512, 2048},
+                                           FusedShape{40, 64, 48}, FusedShape{64, 520, 33}),
                          [](const ::testing::TestParamInfo<FusedShape>& info) {
                            return "rows" + std::to_string(info.param.rows) + "_in" +
                                   std::to_string(info.param.in) + "_out" +

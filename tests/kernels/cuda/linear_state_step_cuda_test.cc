@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -154,6 +155,38 @@ TEST_P(LinearStateStepCudaTest, FavorMatchesCpuKernelWithAGrowingKeyMaximum) {
   }
 }
 
+// The projection in the step (FavorProjectedStateStep): u and diag formed
+// in the state kernel's launch from each head's query and key, against the
+// CPU's matrix product and step. D = 24 (not a multiple of the warp) and 64.
+TEST_P(LinearStateStepCudaTest, FavorProjectedMatchesCpuWithAGrowingKeyMaximum) {
+  PERFORMER_REQUIRE_CUDA();
+  const StepShape s = Shape();
+  torch::manual_seed(35);
+  const int64_t heads = s.rows % 2 == 0 ? 2 : 1, batch = s.rows / heads;
+  const int64_t d = s.features >= 256 ? 64 : 24;
+  const torch::Tensor slots = MakeSlots(s);
+  const int64_t pool = PoolSize(s);
+  torch::Tensor cpu_state = torch::zeros({pool, s.features, s.dims + 1});
+  torch::Tensor cpu_sums = torch::zeros({pool, s.dims + 1});
+  torch::Tensor cpu_max = torch::full({pool}, -1e30);
+  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  const torch::Tensor projection_t =
+      torch::randn({d, s.features}) * std::pow(static_cast<double>(d), -0.25);
+  for (int step = 0; step < 4; ++step) {
+    const torch::Tensor x = torch::randn({batch, 2, heads, d}) * (0.5 + step);
+    const torch::Tensor v = torch::randn({s.rows, s.dims});
+    const torch::Tensor expected = FavorProjectedStateStep(cpu_state, cpu_max, cpu_sums, x,
+                                                           projection_t, v, 1e-4, 1e-6, slots);
+    const torch::Tensor got =
+        FavorProjectedStateStep(gpu_state, gpu_max, gpu_sums, x.cuda(), projection_t.cuda(),
+                                v.cuda(), 1e-4, 1e-6, Cuda(slots));
+    ExpectClose(got, expected, "out");
+    ExpectClose(gpu_state, cpu_state, "state");
+    ExpectClose(gpu_sums, cpu_sums, "sums");
+    ExpectClose(gpu_max, cpu_max, "key_max");
+  }
+}
+
 // The vector kernel takes shapes with M (E + 1) % 4 == 0 (the others run the
 // row-block kernel under either setting); R = 1 and 3 split rows over blocks.
 INSTANTIATE_TEST_SUITE_P(
@@ -212,6 +245,47 @@ TEST_P(CudaStepKernelTest, FavorStepGraphReplaysEqualTheCpuSteps) {
     graph.replay();
     const torch::Tensor expected =
         FavorStateStep(cpu_state, cpu_max, cpu_sums, u, d, values, 1e-4, 1e-6);
+    ExpectClose(out, expected, "out");
+    ExpectClose(gpu_state, cpu_state, "state");
+    ExpectClose(gpu_max, cpu_max, "key_max");
+  }
+#endif
+}
+
+// The projected step from a CUDA graph (the decoder's default on a GPU),
+// at the default model's shape: B = 2, 8 heads, D 64, M 256, E 64.
+TEST_P(CudaStepKernelTest, FavorProjectedStepGraphReplaysEqualTheCpuSteps) {
+  PERFORMER_REQUIRE_CUDA();
+#if PERFORMER_TORCH_CUDA
+  torch::manual_seed(36);
+  const int64_t batch = 2, heads = 8, m = 256, e = 64, d = 64, rows = batch * heads;
+  torch::Tensor cpu_state = torch::zeros({rows, m, e + 1});
+  torch::Tensor cpu_sums = torch::zeros({rows, e + 1});
+  torch::Tensor cpu_max = torch::full({rows}, -1e30);
+  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  const torch::Tensor projection_t = torch::randn({d, m}) * std::pow(64.0, -0.25);
+  const torch::Tensor gpu_projection_t = projection_t.cuda();
+  torch::Tensor x = torch::zeros({batch, 2, heads, d}, torch::kCUDA);
+  torch::Tensor v = torch::zeros({rows, e}, torch::kCUDA);
+  torch::Tensor out;
+  at::cuda::CUDAGraph graph;
+  {
+    c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+    torch::Tensor s = gpu_state.clone(), z = gpu_sums.clone(), k = gpu_max.clone();
+    FavorProjectedStateStep(s, k, z, x, gpu_projection_t, v, 1e-4, 1e-6);
+    graph.capture_begin();
+    out = FavorProjectedStateStep(gpu_state, gpu_max, gpu_sums, x, gpu_projection_t, v, 1e-4, 1e-6);
+    graph.capture_end();
+    c10::cuda::getCurrentCUDAStream().synchronize();
+  }
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor inputs = torch::randn({batch, 2, heads, d}) * (0.5 + step);
+    const torch::Tensor values = torch::randn({rows, e});
+    x.copy_(inputs);
+    v.copy_(values);
+    graph.replay();
+    const torch::Tensor expected = FavorProjectedStateStep(cpu_state, cpu_max, cpu_sums, inputs,
+                                                           projection_t, values, 1e-4, 1e-6);
     ExpectClose(out, expected, "out");
     ExpectClose(gpu_state, cpu_state, "state");
     ExpectClose(gpu_max, cpu_max, "key_max");
