@@ -9,7 +9,7 @@
 //   - tokens/s on the CPU (all cores), on CUDA stepping eagerly and on CUDA
 //     replaying the step's CUDA graphs (decoding/cuda_step_graphs.h), and
 //     the ratios, and the graphs again with each decode-step kernel forced
-//     (kernels::CudaStepKernel: kRowBlocks, kVectorSplit; the default picks
+//     (kernels::CudaStepKernel: kRowBlocks, kVectorSplit, kClusterSplit; the default picks
 //     one by shape);
 //   - with graphs, the achieved memory bandwidth: (weight bytes + B x state
 //     bytes) read per step / step time, as a fraction of the device copy
@@ -240,34 +240,33 @@ int Main(int argc, char** argv) {
       "| B | CPU tokens/s | CUDA eager tokens/s | CUDA graphs tokens/s | graphs / CPU | graphs / "
       "eager | CUDA step (ms) | bytes read / step (MB) | achieved GB/s | of copy bandwidth | "
       "graphs, row-block step kernel tokens/s | graphs, vector step kernel tokens/s | vector / "
-      "row-block |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "row-block | graphs, cluster step kernel tokens/s | cluster / row-block |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t batch : {1, 64, 256}) {
     const StepTiming cpu = TimeSteps(torch::kCPU, batch, cpu_steps, false);
     const StepTiming eager = TimeSteps(cuda, batch, cuda_steps, false);
     // The default (kByShape) and each CUDA decode-step kernel forced (the
     // graphs capture the kernel selected when the decoder is made).
     const StepTiming gpu = TimeSteps(cuda, batch, cuda_steps, true);
-    StepTiming rows, vector;
-    {
-      const kernels::ScopedCudaStepKernel selected(kernels::CudaStepKernel::kRowBlocks);
-      rows = TimeSteps(cuda, batch, cuda_steps, true);
-    }
-    {
-      const kernels::ScopedCudaStepKernel selected(kernels::CudaStepKernel::kVectorSplit);
-      vector = TimeSteps(cuda, batch, cuda_steps, true);
-    }
+    auto forced = [&](kernels::CudaStepKernel kernel) {
+      const kernels::ScopedCudaStepKernel selected(kernel);
+      return TimeSteps(cuda, batch, cuda_steps, true);
+    };
+    const StepTiming rows = forced(kernels::CudaStepKernel::kRowBlocks);
+    const StepTiming vector = forced(kernels::CudaStepKernel::kVectorSplit);
+    const StepTiming cluster = forced(kernels::CudaStepKernel::kClusterSplit);
     const double bytes = static_cast<double>(weight_bytes) +
                          static_cast<double>(batch * gpu.state_bytes_per_sequence);
     const double achieved = bytes / gpu.seconds_per_step;
     std::printf(
         "| %ld | %.0f | %.0f | %.0f | %.1fx | %.1fx | %.3f | %.1f | %.0f | %.1f%% | %.0f | %.0f | "
-        "%.2fx |\n",
+        "%.2fx | %.0f | %.2fx |\n",
         static_cast<long>(batch), batch / cpu.seconds_per_step, batch / eager.seconds_per_step,
         batch / gpu.seconds_per_step, cpu.seconds_per_step / gpu.seconds_per_step,
         eager.seconds_per_step / gpu.seconds_per_step, gpu.seconds_per_step * 1e3, bytes / 1e6,
         achieved / 1e9, 100.0 * achieved / copy_bandwidth, batch / rows.seconds_per_step,
-        batch / vector.seconds_per_step, rows.seconds_per_step / vector.seconds_per_step);
+        batch / vector.seconds_per_step, rows.seconds_per_step / vector.seconds_per_step,
+        batch / cluster.seconds_per_step, rows.seconds_per_step / cluster.seconds_per_step);
     std::fflush(stdout);
   }
   FusedStepTable(cuda, model, cuda_steps, copy_bandwidth);

@@ -7,8 +7,8 @@
 //   * decode step: kernels::FavorStateStep over the bench model's attention
 //     state (8 heads, 256 features, dim_head 64, float32) for B = 1, 64, 256
 //     and 1024 sequences: state bytes read + written per second, as a
-//     fraction of the copy bandwidth (goal >= 70%), for both CUDA kernels
-//     (CudaStepKernel: row blocks, vector);
+//     fraction of the copy bandwidth (goal >= 70%), for each CUDA kernel
+//     forced (CudaStepKernel: row blocks, vector, cluster);
 //   * fused projections: kernels::FusedLinear over one bench-model layer's
 //     four projections (norm + q/k/v 512 -> 1536, output 512 -> 512 +
 //     residual, norm + w1 512 -> 2048 + GELU, w2 2048 -> 512 + residual) for
@@ -181,26 +181,31 @@ int Run() {
   std::printf("| bf16 GEMM 8192^3 | %.1f TFLOP/s |\n\n", gemm / 1e12);
 
   // B = 64's state (34 MB) fits in an H100's 50 MB L2 across repetitions;
-  // from B = 256 on (136 MB and more) every step streams it from HBM. Both
-  // CUDA kernels of the step (CudaStepKernel), in the same run.
+  // from B = 256 on (136 MB and more) every step streams it from HBM. Each
+  // CUDA kernel of the step (CudaStepKernel) forced, in the same run.
   std::printf(
       "| decode step (FavorStateStep) | state MB | row-block kernel | of copy | vector kernel | "
-      "of copy | vector / row-block speed |\n"
-      "|---|---|---|---|---|---|---|\n");
+      "of copy | cluster kernel | of copy | vector / row-block speed | cluster / row-block "
+      "speed |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
   using performer::kernels::CudaStepKernel;
   for (int64_t batch : {1, 64, 256, 1024}) {
-    double rows_seconds = 0, vector_seconds = 0;
-    const double rows_bandwidth = DecodeStepBandwidth(batch, &rows_seconds);
-    double vector_bandwidth = 0;
-    {
-      const performer::kernels::ScopedCudaStepKernel vector(CudaStepKernel::kVectorSplit);
-      vector_bandwidth = DecodeStepBandwidth(batch, &vector_seconds);
-    }
+    auto forced = [&](CudaStepKernel kernel, double* seconds) {
+      const performer::kernels::ScopedCudaStepKernel selected(kernel);
+      return DecodeStepBandwidth(batch, seconds);
+    };
+    double rows_seconds = 0, vector_seconds = 0, cluster_seconds = 0;
+    const double rows_bandwidth = forced(CudaStepKernel::kRowBlocks, &rows_seconds);
+    const double vector_bandwidth = forced(CudaStepKernel::kVectorSplit, &vector_seconds);
+    const double cluster_bandwidth = forced(CudaStepKernel::kClusterSplit, &cluster_seconds);
     const double state_mb = 4.0 * batch * kHeads * kFeatures * (kDimHead + 1) / 1e6;
-    std::printf("| B = %ld | %.1f | %.1f us | %.0f%% | %.1f us | %.0f%% | %.2fx |\n",
-                static_cast<long>(batch), state_mb, rows_seconds * 1e6,
-                100.0 * rows_bandwidth / copy, vector_seconds * 1e6,
-                100.0 * vector_bandwidth / copy, rows_seconds / vector_seconds);
+    std::printf(
+        "| B = %ld | %.1f | %.1f us | %.0f%% | %.1f us | %.0f%% | %.1f us | %.0f%% | %.2fx | "
+        "%.2fx |\n",
+        static_cast<long>(batch), state_mb, rows_seconds * 1e6, 100.0 * rows_bandwidth / copy,
+        vector_seconds * 1e6, 100.0 * vector_bandwidth / copy, cluster_seconds * 1e6,
+        100.0 * cluster_bandwidth / copy, rows_seconds / vector_seconds,
+        rows_seconds / cluster_seconds);
   }
 
   FusedProjectionTable(copy);

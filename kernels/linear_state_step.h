@@ -119,7 +119,12 @@ bool LinearStateScanSupported(const torch::Tensor& state);
 //     registers, and each row split over several blocks when the batch is
 //     too small to fill the device (kernels/cuda/linear_state_step_plan.h).
 //     Shapes it does not take (M (E + 1) % 4 != 0) run kRowBlocks.
-enum class CudaStepKernel { kByShape, kRowBlocks, kVectorSplit };
+//   kClusterSplit: each row on a thread-block cluster of 8 blocks, each
+//     updating an eighth of the row's features, the column sums added
+//     through distributed shared memory (compute capability 9.0 and later;
+//     kRowBlocks elsewhere). Not yet measured on a GPU: kByShape does not
+//     pick it (docs/gpu.md).
+enum class CudaStepKernel { kByShape, kRowBlocks, kVectorSplit, kClusterSplit };
 void SetCudaStepKernel(CudaStepKernel kernel);
 CudaStepKernel GetCudaStepKernel();
 

@@ -1,3 +1,4 @@
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
@@ -172,6 +173,68 @@ __device__ void WriteOutput(const LinearStateStepArgs& a, int64_t r, int64_t slo
   }
 }
 
+// Features [f_begin, f_end) of one row's state (M x C at `state`, C =
+// E + 1): S = decay S + k (x) [v, 1] and the column sums acc_s[j] = sum_f
+// q_f S[f, j] of those features. With C <= threads, thread t owns column
+// t % C of features f_begin + t / C, + G, ... (G = threads / C groups): the
+// block walks the rows' M x C state as one contiguous array, so every load
+// and store is coalesced and no lane idles on a partial warp of columns.
+// Wider states take the columns threads at a time (G = 1). Each state
+// element is read and written once; loads are batched kUnroll deep so that
+// each thread keeps several in flight. partial: blockDim.x floats. Ends with
+// a barrier.
+__device__ void UpdateFeatures(float* state, const float* v, int f_begin, int f_end, int c,
+                               float decay, const float* q_s, const float* k_s, float* partial,
+                               float* acc_s) {
+  const int e = c - 1;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const bool grouped = c <= threads;
+  const int groups = grouped ? threads / c : 1;
+  const int64_t stride = static_cast<int64_t>(groups) * c;
+  for (int j0 = 0; j0 < c; j0 += grouped ? c : threads) {
+    const int j = grouped ? tid % c : j0 + tid;
+    const int f0 = f_begin + (grouped ? tid / c : 0);
+    const bool active = grouped ? tid < groups * c : j < c;
+    float acc = 0.0f;
+    if (active) {
+      const float vj = j < e ? v[j] : 1.0f;
+      float* s = state + static_cast<int64_t>(f0) * c + j;
+      int f = f0;
+      constexpr int kUnroll = 8;
+      for (; f + (kUnroll - 1) * groups < f_end; f += kUnroll * groups, s += kUnroll * stride) {
+        float x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) x[u] = s[u * stride];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int fu = f + u * groups;
+          x[u] = x[u] * decay + k_s[fu] * vj;
+          s[u * stride] = x[u];
+          acc += q_s[fu] * x[u];
+        }
+      }
+      for (; f < f_end; f += groups, s += stride) {
+        const float updated = *s * decay + k_s[f] * vj;
+        *s = updated;
+        acc += q_s[f] * updated;
+      }
+    }
+    partial[tid] = acc;
+    __syncthreads();
+    if (grouped) {
+      for (int jj = tid; jj < c; jj += threads) {
+        float total = 0.0f;
+        for (int g = 0; g < groups; ++g) total += partial[g * c + jj];
+        acc_s[jj] = total;
+      }
+    } else if (j < c) {
+      acc_s[j] = acc;
+    }
+    __syncthreads();
+  }
+}
+
 // Block r steps row r (see the header); blocks are one-dimensional.
 // Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
 // (blockDim.x) | scalars | x (2 D, with head_inputs).
@@ -199,67 +262,82 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
     return;
   }
   float* state = a.state + slot * static_cast<int64_t>(m) * c;
-  const float* v = a.v + r * e;
 
   // 1. The q and k features of the row, staged in shared memory.
   StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
   if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
 
-  // 2. Update and read-out. With C <= threads, thread t owns column
-  // t % C of features t / C, t / C + G, ... (G = threads / C groups): the
-  // block walks the row's M x C state as one contiguous array, so every
-  // load and store is coalesced and no lane idles on a partial warp of
-  // columns. Wider states take the columns threads at a time (G = 1). Each
-  // state element is read and written once; loads are batched kUnroll deep
-  // so that each thread keeps several in flight.
-  const float decay = scalars[kDecay];
-  const bool grouped = c <= threads;
-  const int groups = grouped ? threads / c : 1;
-  const int64_t stride = static_cast<int64_t>(groups) * c;
-  for (int j0 = 0; j0 < c; j0 += grouped ? c : threads) {
-    const int j = grouped ? tid % c : j0 + tid;
-    const int f0 = grouped ? tid / c : 0;
-    const bool active = grouped ? tid < groups * c : j < c;
-    float acc = 0.0f;
-    if (active) {
-      const float vj = j < e ? v[j] : 1.0f;
-      float* s = state + static_cast<int64_t>(f0) * c + j;
-      int f = f0;
-      constexpr int kUnroll = 8;
-      for (; f + (kUnroll - 1) * groups < m; f += kUnroll * groups, s += kUnroll * stride) {
-        float x[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = s[u * stride];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int fu = f + u * groups;
-          x[u] = x[u] * decay + k_s[fu] * vj;
-          s[u * stride] = x[u];
-          acc += q_s[fu] * x[u];
-        }
-      }
-      for (; f < m; f += groups, s += stride) {
-        const float updated = *s * decay + k_s[f] * vj;
-        *s = updated;
-        acc += q_s[f] * updated;
-      }
-    }
-    partial[tid] = acc;
-    __syncthreads();
-    if (grouped) {
-      for (int jj = tid; jj < c; jj += threads) {
-        float total = 0.0f;
-        for (int g = 0; g < groups; ++g) total += partial[g * c + jj];
-        acc_s[jj] = total;
-      }
-    } else if (j < c) {
-      acc_s[j] = acc;
-    }
-    __syncthreads();
-  }
+  // 2. Update and read-out of every feature.
+  UpdateFeatures(state, a.v + r * e, 0, m, c, scalars[kDecay], q_s, k_s, partial, acc_s);
 
   // 3. Output.
   WriteOutput(a, r, slot, acc_s, scalars);
+}
+
+// The cluster kernel (CudaStepKernel::kClusterSplit, sm_90): the
+// kStepClusterSize blocks of a thread-block cluster share row r = blockIdx.x
+// / kStepClusterSize; block c of the cluster updates features [c F, (c + 1)
+// F) of the row's state, F = ceil(M / kStepClusterSize), so a small batch
+// keeps kStepClusterSize times as many SMs busy and each thread has one
+// round of loads in flight instead of several. Every block stages all of
+// the row's features (the FAVOR+ maxima and the query sum need them). The
+// first block of the cluster adds the blocks' column sums, read from their
+// shared memory (distributed shared memory) in rank order, then writes the
+// output, the running sums and the key maximum. No workspace, no atomics.
+// Shared memory as the row-block kernel.
+__global__ void __cluster_dims__(kStepClusterSize, 1, 1)
+    LinearStateStepClusterKernel(LinearStateStepArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ float shared[];
+  const int m = static_cast<int>(a.features);
+  const int c = static_cast<int>(a.columns);
+  const int e = c - 1;
+  float* q_s = shared;
+  float* k_s = q_s + m;
+  float* acc_s = k_s + m;
+  float* partial = acc_s + c;
+  float* scalars = partial + blockDim.x;
+  float* x_s = scalars + kScalars;
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t r = blockIdx.x / kStepClusterSize;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t slot = a.slots != nullptr ? a.slots[r] : r;
+  const int out_columns = a.normalize ? e : c;
+  if (slot < 0 || slot >= a.pool) {
+    // Cluster-uniform exit (one row per cluster), before any barrier.
+    if (rank == 0) {
+      for (int j = tid; j < out_columns; j += threads) a.out[r * out_columns + j] = CUDART_NAN_F;
+    }
+    return;
+  }
+  float* state = a.state + slot * static_cast<int64_t>(m) * c;
+  StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
+  const int share = (m + kStepClusterSize - 1) / kStepClusterSize;
+  const int f_begin = min(m, rank * share), f_end = min(m, f_begin + share);
+  UpdateFeatures(state, a.v + r * e, f_begin, f_end, c, scalars[kDecay], q_s, k_s, partial, acc_s);
+  // Every block's column sums are complete and every block has read the old
+  // key maximum.
+  cluster.sync();
+  if (rank == 0) {
+    // Thread j alone reads and then overwrites the first block's acc_s[j];
+    // no other block reads the first block's sums.
+    for (int j = tid; j < c; j += threads) {
+      float total = 0.0f;
+      for (int b = 0; b < kStepClusterSize; ++b) total += cluster.map_shared_rank(acc_s, b)[j];
+      acc_s[j] = total;
+    }
+  }
+  // The other blocks keep their shared memory until the first has read it.
+  cluster.sync();
+  if (rank != 0) return;
+  if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
+  WriteOutput(a, r, slot, acc_s, scalars);
+#else
+  __trap();  // launched only on sm_90 and later (LinearStateStepClusterForward)
+#endif
 }
 
 // The vector kernel (linear_state_step_plan.h): block (r, s) steps periods
@@ -423,6 +501,30 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
   LinearStateStepKernel<<<static_cast<unsigned>(args.rows), kThreadsPerBlock,
                           sizeof(float) * static_cast<size_t>(shared_floats),
                           static_cast<cudaStream_t>(stream)>>>(args);
+  return LaunchError();
+}
+
+bool ClusterStepSupported(int device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    return false;
+  }
+  return major >= 9;
+}
+
+const char* LinearStateStepClusterForward(const LinearStateStepArgs& args, void* stream) {
+  if (const char* error = CheckArgs(args)) return error;
+  if (args.rows == 0) return nullptr;
+  if (args.rows > 0x7fffffff / kStepClusterSize) return "too many rows for one grid";
+  const int64_t shared_floats =
+      2 * args.features + args.columns + kThreadsPerBlock + kScalars + HeadInputFloats(args);
+  if (shared_floats > kMaxStateStepSharedFloats)
+    return "2 M + E (+ 2 D) too large for shared memory";
+  LinearStateStepClusterKernel<<<
+      static_cast<unsigned>(args.rows * kStepClusterSize), kThreadsPerBlock,
+      sizeof(float) * static_cast<size_t>(shared_floats), static_cast<cudaStream_t>(stream)>>>(
+      args);
   return LaunchError();
 }
 

@@ -100,4 +100,14 @@ const char* LinearStateStepVectorForward(const LinearStateStepArgs& args,
                                          const VectorStepPlan& plan, float* workspace,
                                          void* stream);
 
+// The same step by the cluster kernel (CudaStepKernel::kClusterSplit):
+// row r on the kStepClusterSize blocks of a thread-block cluster, each
+// updating 1 / kStepClusterSize of the row's features, their column sums
+// added in the first block through distributed shared memory. Needs a
+// device of compute capability 9.0 or later (ClusterStepSupported); shared
+// memory as LinearStateStepForward.
+constexpr int kStepClusterSize = 8;
+bool ClusterStepSupported(int device);
+const char* LinearStateStepClusterForward(const LinearStateStepArgs& args, void* stream);
+
 }  // namespace performer::kernels::cuda

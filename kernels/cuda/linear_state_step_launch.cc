@@ -40,12 +40,18 @@ LinearStateStepArgs BaseArgs(torch::Tensor& state, const torch::Tensor& v,
 }
 
 // Runs the kernel that GetCudaStepKernel() selects (kByShape: by the
-// number of rows, VectorStepPreferred); the vector kernel's split needs a
+// number of rows, VectorStepPreferred; kClusterSplit where the device has
+// clusters, the row blocks elsewhere); the vector kernel's split needs a
 // zeroed workspace, allocated here from LibTorch's caching allocator (inside
 // a CUDA graph capture too: the zeroing is a graph node).
 void Launch(const LinearStateStepArgs& a, const torch::Tensor& state, const char* op) {
   const CudaStepKernel kernel = GetCudaStepKernel();
-  if (kernel != CudaStepKernel::kRowBlocks) {
+  if (kernel == CudaStepKernel::kClusterSplit) {
+    if (ClusterStepSupported(state.device().index())) {
+      CheckLaunch(LinearStateStepClusterForward(a, CurrentStream(state)), op);
+      return;
+    }
+  } else if (kernel != CudaStepKernel::kRowBlocks) {
     const VectorStepPlan plan = VectorStepPlanFor(a, state.device().index());
     const bool vector =
         kernel == CudaStepKernel::kVectorSplit ? plan.supported : VectorStepPreferred(plan, a.rows);

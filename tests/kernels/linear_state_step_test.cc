@@ -301,7 +301,7 @@ TEST(LinearStateStepSlotsTest, BadSlotsAreErrors) {
 }
 
 // The selection the CUDA step kernel tests and benchmarks rely on to run
-// both kernels and leave the default behind.
+// each kernel and leave the default behind.
 TEST(CudaStepKernelSelection, ScopedSelectionRestoresThePreviousKernel) {
   EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kByShape);
   {
@@ -310,6 +310,11 @@ TEST(CudaStepKernelSelection, ScopedSelectionRestoresThePreviousKernel) {
     {
       const ScopedCudaStepKernel rows(CudaStepKernel::kRowBlocks);
       EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kRowBlocks);
+    }
+    EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kVectorSplit);
+    {
+      const ScopedCudaStepKernel cluster(CudaStepKernel::kClusterSplit);
+      EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kClusterSplit);
     }
     EXPECT_EQ(GetCudaStepKernel(), CudaStepKernel::kVectorSplit);
   }

@@ -567,6 +567,13 @@ TEST(PerformerDecoderCudaTest, VectorStepKernelGraphsEqualRowBlockEagerSteps) {
   ExpectGraphStepsEqualEagerSteps(config, kernels::CudaStepKernel::kVectorSplit);
 }
 
+// Graphs captured with the cluster step kernel (8 blocks per row, M 16: two
+// features each) against eager steps of the row-block kernel.
+TEST(PerformerDecoderCudaTest, ClusterStepKernelGraphsEqualRowBlockEagerSteps) {
+  PERFORMER_REQUIRE_CUDA();
+  ExpectGraphStepsEqualEagerSteps(TinyLMConfig(), kernels::CudaStepKernel::kClusterSplit);
+}
+
 TEST(PerformerDecoderTest, NoCudaGraphsOnTheCpu) {
   auto decoder = *PerformerDecoder::Create(RandomLM(TinyLMConfig()), 2);
   EXPECT_FALSE(decoder->info().cuda_graphs);

@@ -1,6 +1,6 @@
-// CUDA fused decode step against the CPU kernel (its reference), for both
-// CUDA kernels (CudaStepKernel): the measured row-block kernel and the
-// vector kernel with its split rows.
+// CUDA fused decode step against the CPU kernel (its reference), for each
+// CUDA kernel (CudaStepKernel): the measured row-block kernel, the vector
+// kernel with its split rows and the cluster kernel.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -33,11 +33,21 @@ void PrintTo(const StepShape& s, std::ostream* os) {
       << (s.sums ? " sums" : "") << (s.slots ? " slots" : "");
 }
 
+// "Rows", "Vector" or "Cluster": in test names and listings.
+const char* KernelName(CudaStepKernel kernel) {
+  switch (kernel) {
+    case CudaStepKernel::kVectorSplit:
+      return "Vector";
+    case CudaStepKernel::kClusterSplit:
+      return "Cluster";
+    default:
+      return "Rows";
+  }
+}
+
 }  // namespace
 
-void PrintTo(CudaStepKernel kernel, std::ostream* os) {
-  *os << (kernel == CudaStepKernel::kVectorSplit ? "kVectorSplit" : "kRowBlocks");
-}
+void PrintTo(CudaStepKernel kernel, std::ostream* os) { *os << KernelName(kernel); }
 
 namespace {
 
@@ -45,10 +55,9 @@ using StepParam = std::tuple<StepShape, CudaStepKernel>;
 
 std::string ShapeName(const ::testing::TestParamInfo<StepParam>& info) {
   const StepShape& s = std::get<0>(info.param);
-  return std::string(std::get<1>(info.param) == CudaStepKernel::kVectorSplit ? "Vector" : "Rows") +
-         "R" + std::to_string(s.rows) + "M" + std::to_string(s.features) + "E" +
-         std::to_string(s.dims) + (s.decay ? "Decay" : "") + (s.sums ? "Sums" : "") +
-         (s.slots ? "Slots" : "");
+  return std::string(KernelName(std::get<1>(info.param))) + "R" + std::to_string(s.rows) + "M" +
+         std::to_string(s.features) + "E" + std::to_string(s.dims) + (s.decay ? "Decay" : "") +
+         (s.sums ? "Sums" : "") + (s.slots ? "Slots" : "");
 }
 
 // Selects the parameter's CUDA kernel for the test, and restores the
@@ -189,6 +198,8 @@ TEST_P(LinearStateStepCudaTest, FavorProjectedMatchesCpuWithAGrowingKeyMaximum) 
 
 // The vector kernel takes shapes with M (E + 1) % 4 == 0 (the others run the
 // row-block kernel under either setting); R = 1 and 3 split rows over blocks.
+// The cluster kernel takes every shape: M 1 and 17 leave blocks of a
+// cluster without features.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, LinearStateStepCudaTest,
     ::testing::Combine(
@@ -199,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(
             StepShape{64, 256, 64, true, true, false}, StepShape{8, 266, 300, true, true, true},
             StepShape{1, 256, 64, true, true, true}, StepShape{3, 20, 32, true, true, true},
             StepShape{64, 18, 33, false, true, true}, StepShape{8, 268, 300, true, true, false}),
-        ::testing::Values(CudaStepKernel::kRowBlocks, CudaStepKernel::kVectorSplit)),
+        ::testing::Values(CudaStepKernel::kRowBlocks, CudaStepKernel::kVectorSplit,
+                          CudaStepKernel::kClusterSplit)),
     ShapeName);
 
 // Checks run once per CUDA kernel.
@@ -294,11 +306,10 @@ TEST_P(CudaStepKernelTest, FavorProjectedStepGraphReplaysEqualTheCpuSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaStepKernelTest,
-                         ::testing::Values(CudaStepKernel::kRowBlocks,
-                                           CudaStepKernel::kVectorSplit),
+                         ::testing::Values(CudaStepKernel::kRowBlocks, CudaStepKernel::kVectorSplit,
+                                           CudaStepKernel::kClusterSplit),
                          [](const ::testing::TestParamInfo<CudaStepKernel>& info) {
-                           return std::string(info.param == CudaStepKernel::kVectorSplit ? "Vector"
-                                                                                         : "Rows");
+                           return std::string(KernelName(info.param));
                          });
 
 TEST(LinearStateStepCudaChecks, SupportedAndDeviceMismatch) {
