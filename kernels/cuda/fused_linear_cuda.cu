@@ -17,23 +17,30 @@ constexpr int kThreads = kWarpsPerBlock * 32;
 // Shared memory a block may use for its rows of x without opting in.
 constexpr int64_t kDefaultSharedBytes = 48 * 1024;
 
+// LayerNorm's statistics of one row of `in` floats, by the 32 lanes of a
+// warp: the mean first, then the variance about it (the reference's two
+// passes). Every lane gets {mean, 1 / sqrt(variance + eps)}.
+__device__ float2 RowStatistics(const float* row, int64_t in, float eps, int lane) {
+  float sum = 0.0f;
+  for (int64_t i = lane; i < in; i += 32) sum += row[i];
+  const float mean = WarpSum(sum) / static_cast<float>(in);
+  float squares = 0.0f;
+  for (int64_t i = lane; i < in; i += 32) {
+    const float d = row[i] - mean;
+    squares += d * d;
+  }
+  return make_float2(mean, rsqrtf(WarpSum(squares) / static_cast<float>(in) + eps));
+}
+
 // The shared rows of x, normalised in place when the layer has a norm: a
-// warp per row; the mean first, then the variance about it (as LayerNorm's
-// two-pass reference), both over `in` floats in shared memory.
+// warp per row (RowStatistics over `in` floats in shared memory).
 __device__ void NormalizeRows(const FusedLinearArgs& a, float* xs, int rows) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t in = a.in;
   for (int r = warp; r < rows; r += kWarpsPerBlock) {
     float* row = xs + r * in;
-    float sum = 0.0f;
-    for (int64_t i = lane; i < in; i += 32) sum += row[i];
-    const float mean = WarpSum(sum) / static_cast<float>(in);
-    float squares = 0.0f;
-    for (int64_t i = lane; i < in; i += 32) {
-      const float d = row[i] - mean;
-      squares += d * d;
-    }
-    const float rstd = rsqrtf(WarpSum(squares) / static_cast<float>(in) + a.norm_eps);
+    const float2 stats = RowStatistics(row, in, a.norm_eps, lane);
+    const float mean = stats.x, rstd = stats.y;
     for (int64_t i = lane; i < in; i += 32) {
       const float b = a.norm_bias != nullptr ? a.norm_bias[i] : 0.0f;
       row[i] = (row[i] - mean) * rstd * a.norm_weight[i] + b;
@@ -250,22 +257,12 @@ __global__ void __launch_bounds__(kThreads) FusedLinearMmaKernel(FusedLinearArgs
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kMmaTileCols;
   const int rows = static_cast<int>(a.rows - row0 < kMmaTileRows ? a.rows - row0 : kMmaTileRows);
   if (a.norm_weight != nullptr) {
-    // LayerNorm's statistics of the block's rows, as NormalizeRows: a warp
-    // per row, the mean, then the variance about it.
+    // LayerNorm's statistics of the block's rows, a warp per row.
     for (int r = warp; r < rows; r += kWarpsPerBlock) {
-      const float* row = a.x + (row0 + r) * in;
-      float sum = 0.0f;
-      for (int64_t i = lane; i < in; i += 32) sum += row[i];
-      const float mean = WarpSum(sum) / static_cast<float>(in);
-      float squares = 0.0f;
-      for (int64_t i = lane; i < in; i += 32) {
-        const float d = row[i] - mean;
-        squares += d * d;
-      }
-      const float rstd = rsqrtf(WarpSum(squares) / static_cast<float>(in) + a.norm_eps);
+      const float2 stats = RowStatistics(a.x + (row0 + r) * in, in, a.norm_eps, lane);
       if (lane == 0) {
-        mean_s[r] = mean;
-        rstd_s[r] = rstd;
+        mean_s[r] = stats.x;
+        rstd_s[r] = stats.y;
       }
     }
     __syncthreads();

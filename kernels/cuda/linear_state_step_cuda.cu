@@ -236,8 +236,8 @@ __device__ void UpdateFeatures(float* state, const float* v, int f_begin, int f_
 }
 
 // Block r steps row r (see the header); blocks are one-dimensional.
-// Shared memory, in floats: q (M) | k (M) | acc (E + 1) | partial
-// (blockDim.x) | scalars | x (2 D, with head_inputs).
+// Shared memory, in floats (RowBlockSharedFloats): q (M) | k (M) | acc
+// (E + 1) | partial (blockDim.x) | scalars | x (2 D, with head_inputs).
 // 56 registers: four blocks per SM (50% occupancy). Forcing six (40
 // registers, a few spilled) is slower on sm_90.
 __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
@@ -485,6 +485,12 @@ int64_t HeadInputFloats(const LinearStateStepArgs& args) {
   return args.head_inputs != nullptr ? 2 * args.head_dim : 0;
 }
 
+// Shared floats of the row-block and cluster kernels (blocks of
+// kThreadsPerBlock).
+int64_t RowBlockSharedFloats(const LinearStateStepArgs& args) {
+  return 2 * args.features + args.columns + kThreadsPerBlock + kScalars + HeadInputFloats(args);
+}
+
 int64_t VectorSharedFloats(const LinearStateStepArgs& args, const VectorStepPlan& plan) {
   return plan.period + 2 * args.features + args.columns + kScalars + HeadInputFloats(args);
 }
@@ -494,10 +500,10 @@ int64_t VectorSharedFloats(const LinearStateStepArgs& args, const VectorStepPlan
 const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream) {
   if (const char* error = CheckArgs(args)) return error;
   if (args.rows == 0) return nullptr;
-  const int64_t shared_floats =
-      2 * args.features + args.columns + kThreadsPerBlock + kScalars + HeadInputFloats(args);
-  if (shared_floats > kMaxStateStepSharedFloats)
+  const int64_t shared_floats = RowBlockSharedFloats(args);
+  if (shared_floats > kMaxStateStepSharedFloats) {
     return "2 M + E (+ 2 D) too large for shared memory";
+  }
   LinearStateStepKernel<<<static_cast<unsigned>(args.rows), kThreadsPerBlock,
                           sizeof(float) * static_cast<size_t>(shared_floats),
                           static_cast<cudaStream_t>(stream)>>>(args);
@@ -517,10 +523,10 @@ const char* LinearStateStepClusterForward(const LinearStateStepArgs& args, void*
   if (const char* error = CheckArgs(args)) return error;
   if (args.rows == 0) return nullptr;
   if (args.rows > 0x7fffffff / kStepClusterSize) return "too many rows for one grid";
-  const int64_t shared_floats =
-      2 * args.features + args.columns + kThreadsPerBlock + kScalars + HeadInputFloats(args);
-  if (shared_floats > kMaxStateStepSharedFloats)
+  const int64_t shared_floats = RowBlockSharedFloats(args);
+  if (shared_floats > kMaxStateStepSharedFloats) {
     return "2 M + E (+ 2 D) too large for shared memory";
+  }
   LinearStateStepClusterKernel<<<
       static_cast<unsigned>(args.rows * kStepClusterSize), kThreadsPerBlock,
       sizeof(float) * static_cast<size_t>(shared_floats), static_cast<cudaStream_t>(stream)>>>(

@@ -5,9 +5,11 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/linear_state_step.h"
 #include "tests/testing/cuda_device.h"
@@ -220,89 +222,92 @@ class CudaStepKernelTest : public ::testing::TestWithParam<CudaStepKernel> {
   const ScopedCudaStepKernel kernel_{GetParam()};
 };
 
-// The server replays the decode step from CUDA graphs: the vector kernel's
-// split allocates and zeroes its workspace inside the capture, so a replay
-// must zero it again (the tickets of the last replay must not carry over).
-TEST_P(CudaStepKernelTest, FavorStepGraphReplaysEqualTheCpuSteps) {
-  PERFORMER_REQUIRE_CUDA();
+// A FAVOR+ step over pools of `rows` states: the state, key maxima and sums
+// in place, the per-row inputs (on the state's device), the output.
+using FavorStep =
+    std::function<torch::Tensor(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                                const std::vector<torch::Tensor>& inputs)>;
+
+// Captures `step` in a CUDA graph over device inputs of `shapes` (zeros),
+// then 3 times draws inputs (draw(step index)), copies them in, replays
+// and compares the output, state and key maxima with `step` on the CPU.
+void ExpectGraphReplaysEqualCpuSteps(int64_t rows, int64_t m, int64_t e,
+                                     const std::vector<std::vector<int64_t>>& shapes,
+                                     const std::function<std::vector<torch::Tensor>(int)>& draw,
+                                     const FavorStep& step) {
 #if PERFORMER_TORCH_CUDA
-  torch::manual_seed(34);
-  const int64_t batch = 1, heads = 8, m = 256, e = 64, rows = batch * heads;
   torch::Tensor cpu_state = torch::zeros({rows, m, e + 1});
   torch::Tensor cpu_sums = torch::zeros({rows, e + 1});
   torch::Tensor cpu_max = torch::full({rows}, -1e30);
   torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
-  torch::Tensor projections = torch::zeros({batch, 2, heads, m}, torch::kCUDA);
-  torch::Tensor diag = torch::zeros({batch, 2, heads}, torch::kCUDA);
-  torch::Tensor v = torch::zeros({rows, e}, torch::kCUDA);
+  std::vector<torch::Tensor> inputs;
+  for (const std::vector<int64_t>& shape : shapes) {
+    inputs.push_back(torch::zeros(shape, torch::kCUDA));
+  }
   torch::Tensor out;
   at::cuda::CUDAGraph graph;
   {
     c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
     // Warm-up outside the capture, on copies, so the real state starts clean.
     torch::Tensor s = gpu_state.clone(), z = gpu_sums.clone(), k = gpu_max.clone();
-    FavorStateStep(s, k, z, projections, diag, v, 1e-4, 1e-6);
+    step(s, k, z, inputs);
     graph.capture_begin();
-    out = FavorStateStep(gpu_state, gpu_max, gpu_sums, projections, diag, v, 1e-4, 1e-6);
+    out = step(gpu_state, gpu_max, gpu_sums, inputs);
     graph.capture_end();
     c10::cuda::getCurrentCUDAStream().synchronize();
   }
-  for (int step = 0; step < 3; ++step) {
-    const torch::Tensor u = torch::randn({batch, 2, heads, m}) * (0.5 + step);
-    const torch::Tensor d = torch::rand({batch, 2, heads});
-    const torch::Tensor values = torch::randn({rows, e});
-    projections.copy_(u);
-    diag.copy_(d);
-    v.copy_(values);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<torch::Tensor> drawn = draw(i);
+    for (size_t j = 0; j < inputs.size(); ++j) inputs[j].copy_(drawn[j]);
     graph.replay();
-    const torch::Tensor expected =
-        FavorStateStep(cpu_state, cpu_max, cpu_sums, u, d, values, 1e-4, 1e-6);
+    const torch::Tensor expected = step(cpu_state, cpu_max, cpu_sums, drawn);
     ExpectClose(out, expected, "out");
     ExpectClose(gpu_state, cpu_state, "state");
     ExpectClose(gpu_max, cpu_max, "key_max");
   }
+#else
+  (void)rows, (void)m, (void)e, (void)shapes, (void)draw, (void)step;
 #endif
+}
+
+// The server replays the decode step from CUDA graphs: the vector kernel's
+// split allocates and zeroes its workspace inside the capture, so a replay
+// must zero it again (the tickets of the last replay must not carry over).
+TEST_P(CudaStepKernelTest, FavorStepGraphReplaysEqualTheCpuSteps) {
+  PERFORMER_REQUIRE_CUDA();
+  torch::manual_seed(34);
+  const int64_t batch = 1, heads = 8, m = 256, e = 64, rows = batch * heads;
+  ExpectGraphReplaysEqualCpuSteps(
+      rows, m, e, {{batch, 2, heads, m}, {batch, 2, heads}, {rows, e}},
+      [&](int i) {
+        return std::vector<torch::Tensor>{torch::randn({batch, 2, heads, m}) * (0.5 + i),
+                                          torch::rand({batch, 2, heads}), torch::randn({rows, e})};
+      },
+      [](torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+         const std::vector<torch::Tensor>& in) {
+        return FavorStateStep(state, key_max, sums, in[0], in[1], in[2], 1e-4, 1e-6);
+      });
 }
 
 // The projected step from a CUDA graph (the decoder's default on a GPU),
 // at the default model's shape: B = 2, 8 heads, D 64, M 256, E 64.
 TEST_P(CudaStepKernelTest, FavorProjectedStepGraphReplaysEqualTheCpuSteps) {
   PERFORMER_REQUIRE_CUDA();
-#if PERFORMER_TORCH_CUDA
   torch::manual_seed(36);
   const int64_t batch = 2, heads = 8, m = 256, e = 64, d = 64, rows = batch * heads;
-  torch::Tensor cpu_state = torch::zeros({rows, m, e + 1});
-  torch::Tensor cpu_sums = torch::zeros({rows, e + 1});
-  torch::Tensor cpu_max = torch::full({rows}, -1e30);
-  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
   const torch::Tensor projection_t = torch::randn({d, m}) * std::pow(64.0, -0.25);
-  const torch::Tensor gpu_projection_t = projection_t.cuda();
-  torch::Tensor x = torch::zeros({batch, 2, heads, d}, torch::kCUDA);
-  torch::Tensor v = torch::zeros({rows, e}, torch::kCUDA);
-  torch::Tensor out;
-  at::cuda::CUDAGraph graph;
-  {
-    c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
-    torch::Tensor s = gpu_state.clone(), z = gpu_sums.clone(), k = gpu_max.clone();
-    FavorProjectedStateStep(s, k, z, x, gpu_projection_t, v, 1e-4, 1e-6);
-    graph.capture_begin();
-    out = FavorProjectedStateStep(gpu_state, gpu_max, gpu_sums, x, gpu_projection_t, v, 1e-4, 1e-6);
-    graph.capture_end();
-    c10::cuda::getCurrentCUDAStream().synchronize();
-  }
-  for (int step = 0; step < 3; ++step) {
-    const torch::Tensor inputs = torch::randn({batch, 2, heads, d}) * (0.5 + step);
-    const torch::Tensor values = torch::randn({rows, e});
-    x.copy_(inputs);
-    v.copy_(values);
-    graph.replay();
-    const torch::Tensor expected = FavorProjectedStateStep(cpu_state, cpu_max, cpu_sums, inputs,
-                                                           projection_t, values, 1e-4, 1e-6);
-    ExpectClose(out, expected, "out");
-    ExpectClose(gpu_state, cpu_state, "state");
-    ExpectClose(gpu_max, cpu_max, "key_max");
-  }
-#endif
+  const torch::Tensor gpu_projection_t = Cuda(projection_t);
+  ExpectGraphReplaysEqualCpuSteps(
+      rows, m, e, {{batch, 2, heads, d}, {rows, e}},
+      [&](int i) {
+        return std::vector<torch::Tensor>{torch::randn({batch, 2, heads, d}) * (0.5 + i),
+                                          torch::randn({rows, e})};
+      },
+      [&](torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+          const std::vector<torch::Tensor>& in) {
+        const torch::Tensor& p = state.is_cuda() ? gpu_projection_t : projection_t;
+        return FavorProjectedStateStep(state, key_max, sums, in[0], p, in[1], 1e-4, 1e-6);
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaStepKernelTest,
