@@ -90,6 +90,23 @@ void ExpectClose(const torch::Tensor& got, const torch::Tensor& expected, const 
       << what << ": max |diff| " << (g - expected).abs().max().item<float>();
 }
 
+// Empty FAVOR+ pools of `pool` states (M features, E value columns): the
+// states, key maxima (-1e30) and sums on the CPU and their copies on the GPU.
+struct FavorPools {
+  torch::Tensor cpu_state, cpu_sums, cpu_max, gpu_state, gpu_sums, gpu_max;
+};
+
+FavorPools EmptyFavorPools(int64_t pool, int64_t m, int64_t e) {
+  FavorPools p;
+  p.cpu_state = torch::zeros({pool, m, e + 1});
+  p.cpu_sums = torch::zeros({pool, e + 1});
+  p.cpu_max = torch::full({pool}, -1e30);
+  p.gpu_state = p.cpu_state.cuda();
+  p.gpu_sums = p.cpu_sums.cuda();
+  p.gpu_max = p.cpu_max.cuda();
+  return p;
+}
+
 class LinearStateStepCudaTest : public StepKernelTest {};
 
 TEST_P(LinearStateStepCudaTest, MatchesCpuKernelOverSeveralSteps) {
@@ -145,10 +162,7 @@ TEST_P(LinearStateStepCudaTest, FavorMatchesCpuKernelWithAGrowingKeyMaximum) {
   const int64_t heads = s.rows % 2 == 0 ? 2 : 1, batch = s.rows / heads;
   const torch::Tensor slots = MakeSlots(s);
   const int64_t pool = PoolSize(s);
-  torch::Tensor cpu_state = torch::zeros({pool, s.features, s.dims + 1});
-  torch::Tensor cpu_sums = torch::zeros({pool, s.dims + 1});
-  torch::Tensor cpu_max = torch::full({pool}, -1e30);
-  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  FavorPools p = EmptyFavorPools(pool, s.features, s.dims);
   for (int step = 0; step < 4; ++step) {
     // The scale grows with the step, so the running key maximum moves and
     // the state is rescaled (decay < 1) at later steps.
@@ -156,13 +170,13 @@ TEST_P(LinearStateStepCudaTest, FavorMatchesCpuKernelWithAGrowingKeyMaximum) {
     const torch::Tensor diag = torch::rand({batch, 2, heads});
     const torch::Tensor v = torch::randn({s.rows, s.dims});
     const torch::Tensor expected =
-        FavorStateStep(cpu_state, cpu_max, cpu_sums, projections, diag, v, 1e-4, 1e-6, slots);
-    const torch::Tensor got = FavorStateStep(gpu_state, gpu_max, gpu_sums, projections.cuda(),
+        FavorStateStep(p.cpu_state, p.cpu_max, p.cpu_sums, projections, diag, v, 1e-4, 1e-6, slots);
+    const torch::Tensor got = FavorStateStep(p.gpu_state, p.gpu_max, p.gpu_sums, projections.cuda(),
                                              diag.cuda(), v.cuda(), 1e-4, 1e-6, Cuda(slots));
     ExpectClose(got, expected, "out");
-    ExpectClose(gpu_state, cpu_state, "state");
-    ExpectClose(gpu_sums, cpu_sums, "sums");
-    ExpectClose(gpu_max, cpu_max, "key_max");
+    ExpectClose(p.gpu_state, p.cpu_state, "state");
+    ExpectClose(p.gpu_sums, p.cpu_sums, "sums");
+    ExpectClose(p.gpu_max, p.cpu_max, "key_max");
   }
 }
 
@@ -177,24 +191,21 @@ TEST_P(LinearStateStepCudaTest, FavorProjectedMatchesCpuWithAGrowingKeyMaximum) 
   const int64_t d = s.features >= 256 ? 64 : 24;
   const torch::Tensor slots = MakeSlots(s);
   const int64_t pool = PoolSize(s);
-  torch::Tensor cpu_state = torch::zeros({pool, s.features, s.dims + 1});
-  torch::Tensor cpu_sums = torch::zeros({pool, s.dims + 1});
-  torch::Tensor cpu_max = torch::full({pool}, -1e30);
-  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  FavorPools p = EmptyFavorPools(pool, s.features, s.dims);
   const torch::Tensor projection_t =
       torch::randn({d, s.features}) * std::pow(static_cast<double>(d), -0.25);
   for (int step = 0; step < 4; ++step) {
     const torch::Tensor x = torch::randn({batch, 2, heads, d}) * (0.5 + step);
     const torch::Tensor v = torch::randn({s.rows, s.dims});
-    const torch::Tensor expected = FavorProjectedStateStep(cpu_state, cpu_max, cpu_sums, x,
+    const torch::Tensor expected = FavorProjectedStateStep(p.cpu_state, p.cpu_max, p.cpu_sums, x,
                                                            projection_t, v, 1e-4, 1e-6, slots);
     const torch::Tensor got =
-        FavorProjectedStateStep(gpu_state, gpu_max, gpu_sums, x.cuda(), projection_t.cuda(),
+        FavorProjectedStateStep(p.gpu_state, p.gpu_max, p.gpu_sums, x.cuda(), projection_t.cuda(),
                                 v.cuda(), 1e-4, 1e-6, Cuda(slots));
     ExpectClose(got, expected, "out");
-    ExpectClose(gpu_state, cpu_state, "state");
-    ExpectClose(gpu_sums, cpu_sums, "sums");
-    ExpectClose(gpu_max, cpu_max, "key_max");
+    ExpectClose(p.gpu_state, p.cpu_state, "state");
+    ExpectClose(p.gpu_sums, p.cpu_sums, "sums");
+    ExpectClose(p.gpu_max, p.cpu_max, "key_max");
   }
 }
 
@@ -236,10 +247,7 @@ void ExpectGraphReplaysEqualCpuSteps(int64_t rows, int64_t m, int64_t e,
                                      const std::function<std::vector<torch::Tensor>(int)>& draw,
                                      const FavorStep& step) {
 #if PERFORMER_TORCH_CUDA
-  torch::Tensor cpu_state = torch::zeros({rows, m, e + 1});
-  torch::Tensor cpu_sums = torch::zeros({rows, e + 1});
-  torch::Tensor cpu_max = torch::full({rows}, -1e30);
-  torch::Tensor gpu_state = cpu_state.cuda(), gpu_sums = cpu_sums.cuda(), gpu_max = cpu_max.cuda();
+  FavorPools p = EmptyFavorPools(rows, m, e);
   std::vector<torch::Tensor> inputs;
   for (const std::vector<int64_t>& shape : shapes) {
     inputs.push_back(torch::zeros(shape, torch::kCUDA));
@@ -249,10 +257,10 @@ void ExpectGraphReplaysEqualCpuSteps(int64_t rows, int64_t m, int64_t e,
   {
     c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
     // Warm-up outside the capture, on copies, so the real state starts clean.
-    torch::Tensor s = gpu_state.clone(), z = gpu_sums.clone(), k = gpu_max.clone();
+    torch::Tensor s = p.gpu_state.clone(), z = p.gpu_sums.clone(), k = p.gpu_max.clone();
     step(s, k, z, inputs);
     graph.capture_begin();
-    out = step(gpu_state, gpu_max, gpu_sums, inputs);
+    out = step(p.gpu_state, p.gpu_max, p.gpu_sums, inputs);
     graph.capture_end();
     c10::cuda::getCurrentCUDAStream().synchronize();
   }
@@ -260,10 +268,10 @@ void ExpectGraphReplaysEqualCpuSteps(int64_t rows, int64_t m, int64_t e,
     const std::vector<torch::Tensor> drawn = draw(i);
     for (size_t j = 0; j < inputs.size(); ++j) inputs[j].copy_(drawn[j]);
     graph.replay();
-    const torch::Tensor expected = step(cpu_state, cpu_max, cpu_sums, drawn);
+    const torch::Tensor expected = step(p.cpu_state, p.cpu_max, p.cpu_sums, drawn);
     ExpectClose(out, expected, "out");
-    ExpectClose(gpu_state, cpu_state, "state");
-    ExpectClose(gpu_max, cpu_max, "key_max");
+    ExpectClose(p.gpu_state, p.cpu_state, "state");
+    ExpectClose(p.gpu_max, p.cpu_max, "key_max");
   }
 #else
   (void)rows, (void)m, (void)e, (void)shapes, (void)draw, (void)step;
