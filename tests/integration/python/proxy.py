@@ -69,21 +69,36 @@ class Proxy:
 
     def wait_up(self, servers, timeout=60):
         """Until every named server is UP in HAProxy (its health check passed)."""
+        self.wait_state(servers, "UP", timeout)
+
+    def wait_down(self, servers, timeout=60):
+        """Until HAProxy has marked every named server DOWN. Servers start UP
+        until their health checks fail `fall` times, so a test that lists
+        closed ports waits for this before it counts on their not being
+        picked."""
+        self.wait_state(servers, "DOWN", timeout)
+
+    def wait_state(self, servers, status, timeout=60):
         deadline = time.monotonic() + timeout
         while True:
             state = self.admin("show stat")
-            up = {line.split(",")[1] for line in state.splitlines()
-                  if line.startswith("performer,") and ",UP," in line}
-            if set(servers) <= up:
+            reached = {line.split(",")[1] for line in state.splitlines()
+                       if line.startswith("performer,") and ",%s," % status in line}
+            if set(servers) <= reached:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError("HAProxy servers %s not UP in %d s:\n%s\n%s"
-                                     % (servers, timeout, state, self.log()))
+                raise AssertionError("HAProxy servers %s not %s in %d s:\n%s\n%s"
+                                     % (servers, status, timeout, state, self.log()))
             time.sleep(0.2)
 
-    def log(self):
+    def log(self, skip=None):
+        """The end of HAProxy's log (4,000 characters), without the lines
+        that contain `skip` when it is given."""
         with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")[-4000:]
+            text = f.read().decode("utf-8", "replace")
+        if skip is not None:
+            text = "".join(line for line in text.splitlines(True) if skip not in line)
+        return text[-4000:]
 
     def stop(self):
         self.channel.close()

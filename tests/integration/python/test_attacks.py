@@ -107,6 +107,9 @@ class ProxiedAttackTest(unittest.TestCase):
         closed = ["127.0.0.1:%d" % free_port() for _ in range(2)]
         cls.proxy = Proxy([cls.replica.address] + closed)
         cls.proxy.wait_up(["r1"])
+        # r2 and r3 start UP until their checks fail: a request the proxy
+        # sends there before is refused and may come back as a 503.
+        cls.proxy.wait_down(["r2", "r3"])
 
     @classmethod
     def tearDownClass(cls):
@@ -131,7 +134,7 @@ class ProxiedAttackTest(unittest.TestCase):
         self.assertTrue(closed, "the proxy let %d bytes of one header block through" % sent)
         self.assertLess(sent, 64 << 20)
         self.assertLess(rss.growth, GROWTH_LIMIT_KB)
-        self.assertEqual(client.failures, [])
+        self.assertEqual(client.failures, [], self.proxy.log())
         self.assertGreater(client.answered, 0)
 
     def test_rapid_reset_flood_is_held_to_the_client_rate(self):
@@ -143,10 +146,10 @@ class ProxiedAttackTest(unittest.TestCase):
         denied = self.frontend_denied() - denied_before
         self.assertEqual(streams, 50000)
         # Beyond 500 per second the proxy refuses the attacker's requests.
-        self.assertGreater(denied, 25000, self.proxy.log())
+        self.assertGreater(denied, 25000, self.proxy.log(skip=" 429 "))
         self.assertLess(rss.growth, GROWTH_LIMIT_KB,
                         "the replica grew by %d KB" % rss.growth)
-        self.assertEqual(client.failures, [], self.proxy.log())
+        self.assertEqual(client.failures, [], self.proxy.log(skip=" 429 "))
         self.assertGreater(client.answered, 0)
 
 
