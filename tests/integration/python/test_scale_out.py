@@ -12,6 +12,8 @@
   near-ties that the two orders of floating-point sums decide apart).
 * then a replica gets SIGKILL: the next turn of each of its conversations
   gets NOT_FOUND saying the session is not held, never a fresh session;
+* two of the proxy's three replicas refuse connections from the start: each
+  leaves the ring at its first refused connection, and no request fails;
 * with --session_persist, a SIGKILLed replica's sessions continue exactly
   on another replica sharing the folder;
 * two replicas with no proxy and no shared folder: turn 2 on the other
@@ -210,6 +212,32 @@ class ScaleOutTest(unittest.TestCase):
                 send_turn(proxy.stub, "conv-%d" % c, message(c, TURNS), create=False)
             self.assertEqual(lost.exception.code(), grpc.StatusCode.NOT_FOUND)
             self.assertIn("is not held by this replica", lost.exception.details())
+
+    def test_a_replica_that_refuses_connections_leaves_at_its_first_refusal(self):
+        # HAProxy starts every server UP, and a replica that dies stays in
+        # the ring until two health checks fail (1-4 s). A request
+        # round-robined to it, and each retry redispatched to another dead
+        # one, could end as a 503. deploy/haproxy/haproxy.cfg observes the
+        # connections (observe layer4): a replica's first refused connection
+        # takes it out, and the retry goes to a live one.
+        closed = ["127.0.0.1:%d" % free_port() for _ in range(2)]
+        proxy = Proxy([self.reference.address] + closed)
+        try:
+            proxy.wait_up(["r1"])  # every server starts UP: only the listener
+            failures = []
+            for i in range(40):
+                try:
+                    proxy.stub.ListModels(pb.ListModelsRequest(), timeout=30)
+                except grpc.RpcError as e:
+                    failures.append((i, e.code(), e.details()))
+            self.assertEqual(failures, [], proxy.log())
+            with open(proxy.log_path, encoding="utf-8", errors="replace") as f:
+                downs = [line for line in f if " is DOWN" in line]
+            for server in ("r2", "r3"):
+                self.assertTrue(any("performer/%s is DOWN, reason: Health analyze" % server in line
+                                    for line in downs), downs)
+        finally:
+            proxy.stop()
 
     def test_persisted_sessions_survive_sigkill(self):
         ports = [free_port() for _ in range(2)]
