@@ -22,6 +22,7 @@
 #include "server/engine/session_store.h"
 #include "server/engine/state_signature.h"
 #include "server/engine/thread_name.h"
+#include "server/engine/work_queue.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace performer::server {
@@ -63,9 +64,12 @@ RequestLimits LimitsOf(const std::string& model_name, const decoding::DecoderInf
 }
 
 // OutputProcessor::Emit, with a failure ending those sequences; returns
-// the tokens emitted.
+// the tokens emitted. The streams' listeners hear of their tokens as the
+// sequences are emitted, and the threads they hand the messages to wake
+// once, after the last (WorkQueue::DeferredWakeups).
 int64_t Emit(OutputProcessor& output, const std::vector<ScheduledSequence*>& sequences,
              const std::vector<torch::Tensor>& logits) {
+  const WorkQueue::DeferredWakeups one_wakeup;
   int64_t emitted = 0;
   const absl::Status status = decoding::StatusFromException("sampling", [&] {
     emitted = output.Emit(sequences, logits);
@@ -522,7 +526,10 @@ class Engine::Iteration {
     if (options.observer != nullptr && (stats_.prefills > 0 || stepped)) {
       options.observer->OnStep(stats_);
     }
-    for (auto& s : engine_.scheduler_->Retire()) engine_.Retire(*s);
+    {
+      const WorkQueue::DeferredWakeups one_wakeup;  // as in Emit
+      for (auto& s : engine_.scheduler_->Retire()) engine_.Retire(*s);
+    }
     if (options.step_delay > absl::ZeroDuration() && stepped) absl::SleepFor(options.step_delay);
     engine_.scheduler_->NoteIterationEnd(absl::Now());
   }
