@@ -398,7 +398,7 @@ void OpenInferenceRest::Handle(const HttpRequest& request,
   }
   status = CheckHttpCall(options_.start, request);
   absl::StatusOr<HostedModel*> model =
-      status.ok() ? GeneratingModel(repository_, target->model) : status;
+      status.ok() ? GeneratingModel(repository_, target->model, /*listing=*/"") : status;
   if (model.ok()) {
     status = CheckModelVersion(**model, target->version);
     if (status.ok()) report->record().model = (*model)->name;

@@ -156,6 +156,7 @@ absl::StatusOr<bool> ReadCommon(const std::string& key, const json& v, OpenAiGen
     absl::StatusOr<int64_t> n = Integer(key, v, 1, std::numeric_limits<int32_t>::max());
     if (!n.ok()) return n.status();
     wire.set_max_new_tokens(static_cast<int32_t>(*n));
+    out.max_tokens_param = key;
   } else if (key == "temperature" || key == "top_p" || key == "repetition_penalty") {
     absl::StatusOr<float> x = Number(key, v);
     if (!x.ok()) return x.status();
@@ -240,6 +241,7 @@ absl::StatusOr<bool> ReadResponsesField(const std::string& key, const json& v,
     absl::StatusOr<int64_t> n = Integer(key, v, 1, std::numeric_limits<int32_t>::max());
     if (!n.ok()) return n.status();
     out.wire.set_max_new_tokens(static_cast<int32_t>(*n));
+    out.max_tokens_param = key;
     return true;
   }
   if (key == "metadata") {
@@ -314,6 +316,7 @@ absl::StatusOr<OpenAiGeneration> ParseOpenAiGeneration(OpenAiEndpoint endpoint,
   if (!parsed.ok()) return parsed.status();
   if (!parsed->is_object()) return Bad("request body", "must be a JSON object");
   OpenAiGeneration out;
+  if (endpoint == OpenAiEndpoint::kResponses) out.max_tokens_param = "max_output_tokens";
   for (auto item = parsed->begin(); item != parsed->end(); ++item) {
     const std::string& key = item.key();
     // null is "not given", as OpenAI reads it.
@@ -363,6 +366,64 @@ std::optional<std::string> ErrorParam(std::string_view message) {
     }
   }
   return std::string(message.substr(0, colon));
+}
+
+namespace {
+
+bool IsWordChar(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Every occurrence of the field name `from` in `text` that is a word of its
+// own (not part of a longer name or of a --flag) becomes `to`.
+std::string RenameWord(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t done = 0;
+  for (size_t at = text.find(from); at != std::string_view::npos; at = text.find(from, at + 1)) {
+    const size_t end = at + from.size();
+    const bool starts = at == 0 || (!IsWordChar(text[at - 1]) && text[at - 1] != '-');
+    const bool ends = end == text.size() || !IsWordChar(text[end]);
+    if (!starts || !ends) continue;
+    out.append(text.substr(done, at - done)).append(to);
+    done = end;
+  }
+  out.append(text.substr(done));
+  return out;
+}
+
+}  // namespace
+
+absl::Status InOpenAiTerms(const absl::Status& status, OpenAiEndpoint endpoint,
+                           std::string_view max_tokens_param) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  const std::string_view prompt = endpoint == OpenAiEndpoint::kCompletions       ? "prompt"
+                                  : endpoint == OpenAiEndpoint::kChatCompletions ? "messages"
+                                                                                 : "input";
+  const std::pair<std::string_view, std::string_view> renames[] = {
+      {"prompt_text or prompt_tokens", prompt}, {"prompt_text", prompt},  {"prompt_tokens", prompt},
+      {"max_new_tokens", max_tokens_param},     {"stop_strings", "stop"},
+  };
+  std::string message(status.message());
+  for (const auto& [from, to] : renames) message = RenameWord(message, from, to);
+  // "max_tokens 9000 exceeds ..." / "stop[2] has ..." -> "max_tokens: ...".
+  const std::string_view params[] = {max_tokens_param,     prompt,     "stop",      "model",
+                                     "temperature",        "top_p",    "top_k",     "seed",
+                                     "repetition_penalty", "priority", "request_id"};
+  for (const std::string_view param : params) {
+    if (message.compare(0, param.size(), param) != 0 ||
+        (message.size() > param.size() && IsWordChar(message[param.size()]))) {
+      continue;
+    }
+    size_t end = param.size();
+    if (end < message.size() && message[end] == '[') {
+      const size_t close = message.find(']', end);
+      if (close == std::string::npos) break;
+      end = close + 1;
+    }
+    if (end < message.size() && message[end] == ' ') {
+      message.insert(end, ":");
+    }
+    break;
+  }
+  return absl::Status(status.code(), message);
 }
 
 }  // namespace performer::server

@@ -37,6 +37,10 @@ struct OpenAiGeneration {
   bool store = true;
   std::string instructions;
   std::string metadata_json = "{}";
+  // The parameter that set wire.max_new_tokens, as the client spelled it
+  // (max_tokens, max_completion_tokens or max_output_tokens), or the
+  // endpoint's own when none was given.
+  std::string max_tokens_param = "max_tokens";
 };
 
 // INVALID_ARGUMENT whose message starts with the field's name ("max_tokens:
@@ -48,5 +52,16 @@ absl::StatusOr<OpenAiGeneration> ParseOpenAiGeneration(OpenAiEndpoint endpoint,
 // The parameter an error message names ("max_tokens: ..." -> "max_tokens";
 // "messages[2].role: ..." -> "messages[2].role"), or nullopt.
 std::optional<std::string> ErrorParam(std::string_view message);
+
+// A refusal of the shared generation path, which names performer.v1's
+// fields ("max_new_tokens 9000 exceeds ..."), in the words of the request's
+// endpoint: each field renamed to the parameter that set it (max_new_tokens
+// to max_tokens_param, OpenAiGeneration's; prompt_text and prompt_tokens to prompt,
+// messages or input; stop_strings to stop) wherever it is named, and a
+// leading parameter followed by its colon ("max_tokens: 9000 exceeds ..."),
+// so that the error's param (ErrorParam) is what the client sent. Other
+// codes, and flags (--max_new_tokens_limit), are kept.
+absl::Status InOpenAiTerms(const absl::Status& status, OpenAiEndpoint endpoint,
+                           std::string_view max_tokens_param);
 
 }  // namespace performer::server

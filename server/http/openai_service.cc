@@ -24,7 +24,8 @@ class OpenAiFormat : public AnswerFormat {
  public:
   OpenAiFormat(OpenAiEndpoint endpoint, const OpenAiGeneration& request)
       : include_usage_(request.include_usage),
-        echo_(request.echo ? request.wire.prompt_text() : "") {
+        echo_(request.echo ? request.wire.prompt_text() : ""),
+        max_tokens_param_(request.max_tokens_param) {
     answer_.endpoint = endpoint;
     answer_.created = absl::ToUnixSeconds(absl::Now());
     answer_.logprobs = request.logprobs;
@@ -62,10 +63,15 @@ class OpenAiFormat : public AnswerFormat {
     return CompletionJson(answer_, echo_, all, summary);
   }
 
+  absl::Status InTerms(const absl::Status& status) override {
+    return InOpenAiTerms(status, answer_.endpoint, max_tokens_param_);
+  }
+
  private:
   OpenAiAnswer answer_;
   const bool include_usage_;
   const std::string echo_;
+  const std::string max_tokens_param_;
 };
 
 // A route: its method label for the observers and the HTTP methods it takes.
@@ -106,7 +112,7 @@ absl::Status ListModels(ModelRepository& repository, const std::string& path,
   const std::string name = path.substr(std::string_view("/v1/models/").size());
   const HostedModel* model = name.empty() ? nullptr : repository.Find(name);
   if (model == nullptr) {
-    const absl::Status status = UnknownModelError("model", name);
+    const absl::Status status = UnknownModelError("model", name, kOpenAiModelListing);
     exchange.Respond(404, kJsonType, ErrorJson(status));
     return status;
   }
@@ -118,7 +124,8 @@ absl::Status ListModels(ModelRepository& repository, const std::string& path,
 // The request's model, which must have a chat template.
 absl::StatusOr<const HostedModel*> ChatModel(ModelRepository& repository,
                                              const OpenAiGeneration& request) {
-  absl::StatusOr<HostedModel*> model = GeneratingModel(repository, request.wire.model());
+  absl::StatusOr<HostedModel*> model =
+      GeneratingModel(repository, request.wire.model(), kOpenAiModelListing);
   if (!model.ok()) return model.status();
   if (!(*model)->chat_template.has_value()) {
     return absl::InvalidArgumentError(
@@ -152,6 +159,7 @@ absl::StatusOr<ResponsesTurn> PrepareTurn(const HostedModel& model, const std::s
   turn.instructions = request.instructions;
   turn.metadata_json = request.metadata_json;
   turn.max_output_tokens = request.wire.max_new_tokens();
+  turn.max_tokens_param = request.max_tokens_param;
   std::string prefix;
   if (!request.previous_response_id.empty()) {
     absl::StatusOr<StoredResponse> head = store.Head(request.previous_response_id, owner);
@@ -238,10 +246,16 @@ void Generate(ModelRepository& repository, const OpenAiServiceOptions& options,
                       std::move(format), std::move(report));
 }
 
+// The options with the OpenAI API's model listing named in errors.
+OpenAiServiceOptions InOpenAiTerms(OpenAiServiceOptions options) {
+  options.start.model_listing = kOpenAiModelListing;
+  return options;
+}
+
 }  // namespace
 
 OpenAiService::OpenAiService(ModelRepository& repository, OpenAiServiceOptions options)
-    : repository_(repository), options_(std::move(options)) {}
+    : repository_(repository), options_(InOpenAiTerms(std::move(options))) {}
 
 void OpenAiService::Handle(const HttpRequest& request,
                            const std::shared_ptr<HttpExchange>& exchange) {

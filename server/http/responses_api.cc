@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
 
 namespace performer::server {
@@ -56,6 +57,10 @@ class ResponsesFormat : public AnswerFormat {
         summary.reason == FinishReason::kLength ? "response.incomplete" : "response.completed",
         {{"response", Final(all, summary)}});
     return out;
+  }
+
+  absl::Status InTerms(const absl::Status& status) override {
+    return InOpenAiTerms(status, OpenAiEndpoint::kResponses, turn_.max_tokens_param);
   }
 
   std::string Error(const absl::Status& status) override {

@@ -22,7 +22,8 @@ struct ResponsesTurn {
   bool store = false;
   std::string instructions;
   std::string metadata_json = "{}";
-  int32_t max_output_tokens = 0;  // 0 = the model's default
+  int32_t max_output_tokens = 0;                       // 0 = the model's default
+  std::string max_tokens_param = "max_output_tokens";  // OpenAiGeneration's
 };
 
 // The AnswerFormat of one Responses request; stores into `store` (not

@@ -159,7 +159,7 @@ absl::StatusOr<SessionTarget> ResolveSessionTarget(const grpc::CallbackServerCon
   scope.record().caller = caller->name;
   if (creates && repository.draining()) return DrainingError();
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  absl::StatusOr<HostedModel*> hosted = GeneratingModel(repository, model);
+  absl::StatusOr<HostedModel*> hosted = GeneratingModel(repository, model, kPerformerModelListing);
   if (!hosted.ok()) return hosted.status();
   scope.record().model = (*hosted)->name;
   return SessionTarget{*std::move(caller), *hosted};
@@ -252,7 +252,8 @@ grpc::ServerUnaryReactor* GenerationService::GetModel(grpc::CallbackServerContex
   RpcScope scope(options_.observers, "GetModel", kPerformerProtocol, context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return AnswerNow(context, scope, ToGrpc(UnknownModelError("name", request->name())));
+    return AnswerNow(context, scope,
+                     ToGrpc(UnknownModelError("name", request->name(), kPerformerModelListing)));
   }
   scope.record().model = model->name;
   FillModelInfo(*model, response);
@@ -285,7 +286,8 @@ grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* 
   if (repository_.draining()) return call->Answer(ToGrpc(DrainingError()));
   HostedModel* model = repository_.Find(request->model());
   if (model == nullptr) {
-    return call->Answer(ToGrpc(UnknownModelError("model", request->model())));
+    return call->Answer(
+        ToGrpc(UnknownModelError("model", request->model(), kPerformerModelListing)));
   }
   call->scope.record().model = model->name;
   if (model->embedder == nullptr) {

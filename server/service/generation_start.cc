@@ -129,15 +129,18 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const Requ
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
-absl::Status UnknownModelError(const char* field, const std::string& name) {
-  return absl::NotFoundError(absl::StrCat(field, ": no model named \"", BoundUserText(name),
-                                          "\" is hosted here (see ListModels)"));
+absl::Status UnknownModelError(const char* field, const std::string& name,
+                               std::string_view listing) {
+  return absl::NotFoundError(
+      absl::StrCat(field, ": no model named \"", BoundUserText(name), "\" is hosted here",
+                   listing.empty() ? "" : " (see " + std::string(listing) + ")"));
 }
 
-absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name) {
+absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name,
+                                             std::string_view listing) {
   HostedModel* model = repository.Find(name);
   if (model == nullptr) {
-    return UnknownModelError("model", name);
+    return UnknownModelError("model", name, listing);
   }
   if (model->engine == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -164,7 +167,8 @@ absl::Status StartGeneration(ModelRepository& repository, const GenerationStart&
                      ", the highest a caller without the \"priority\" permission may ask for"));
   }
   if (absl::Status s = CheckSessionMetadata(call, wire); !s.ok()) return s;
-  absl::StatusOr<HostedModel*> model = GeneratingModel(repository, wire.model());
+  absl::StatusOr<HostedModel*> model =
+      GeneratingModel(repository, wire.model(), options.model_listing);
   if (!model.ok()) return model.status();
   record.model = (*model)->name;
   absl::StatusOr<GenerationRequest> request =

@@ -40,13 +40,22 @@ absl::StatusOr<std::vector<int64_t>> Tokens(const HostedModel& model, const Requ
 // or another id of its own.
 std::string RandomId(const char* prefix);
 
-// NOT_FOUND for a model name the repository does not host; `field` names
-// the request field, and the name is quoted bounded (BoundUserText).
-absl::Status UnknownModelError(const char* field, const std::string& name);
+// Where each protocol lists the hosted models, named by the NOT_FOUND of an
+// unknown model ("" for a protocol without a listing: none is named).
+inline constexpr char kPerformerModelListing[] = "ListModels";
+inline constexpr char kOpenAiModelListing[] = "GET /v1/models";
 
-// The model of a generation request: NOT_FOUND for an unknown name,
-// FAILED_PRECONDITION for a model that cannot generate (an encoder).
-absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name);
+// NOT_FOUND for a model name the repository does not host; `field` names
+// the request field, the name is quoted bounded (BoundUserText), and
+// `listing` is where the caller's protocol lists the models.
+absl::Status UnknownModelError(const char* field, const std::string& name,
+                               std::string_view listing);
+
+// The model of a generation request: NOT_FOUND for an unknown name
+// (UnknownModelError's `listing`), FAILED_PRECONDITION for a model that
+// cannot generate (an encoder).
+absl::StatusOr<HostedModel*> GeneratingModel(ModelRepository& repository, const std::string& name,
+                                             std::string_view listing);
 
 // Where StartGeneration hands the accepted request's id and stream; the
 // listener must be attached before this returns (the engine may produce at
@@ -75,6 +84,8 @@ struct GenerationStart {
   // Where a turn's session is not held here, it is moved from these peers
   // first (not owned; null = none).
   SessionPeers* peers = nullptr;
+  // Named by the error for an unknown model (UnknownModelError).
+  std::string_view model_listing = kPerformerModelListing;
 };
 
 // What the transport knows of the call a request came on.

@@ -33,7 +33,8 @@ absl::StatusOr<InferCall> Prepare(ModelRepository& repository, const ModelInferR
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<HostedModel*> model = GeneratingModel(repository, request.model_name());
+  absl::StatusOr<HostedModel*> model =
+      GeneratingModel(repository, request.model_name(), /*listing=*/"");
   if (!model.ok()) return model.status();
   record.model = (*model)->name;
   if (absl::Status s = CheckModelVersion(**model, request.model_version()); !s.ok()) return s;
@@ -372,11 +373,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
   RpcScope scope(options_.observers, "ModelReady", kKServeV2Protocol, context);
   HostedModel* model = repository_.Find(request->name());
   if (model == nullptr) {
-    return AnswerNow(
-        context, scope,
-        grpc::Status(grpc::StatusCode::NOT_FOUND,
-                     absl::StrCat("name: no model named \"", BoundUserText(request->name()),
-                                  "\" is hosted here")));
+    return AnswerNow(context, scope,
+                     ToGrpc(UnknownModelError("name", request->name(), /*listing=*/"")));
   }
   scope.record().model = model->name;
   if (absl::Status s = CheckModelVersion(*model, request->version()); !s.ok()) {
@@ -401,7 +399,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
   RpcScope scope(options_.observers, "ModelMetadata", kKServeV2Protocol, context);
-  absl::StatusOr<HostedModel*> model = GeneratingModel(repository_, request->name());
+  absl::StatusOr<HostedModel*> model =
+      GeneratingModel(repository_, request->name(), /*listing=*/"");
   if (!model.ok()) return AnswerNow(context, scope, ToGrpc(model.status()));
   scope.record().model = (*model)->name;
   if (absl::Status s = CheckModelVersion(**model, request->version()); !s.ok()) {

@@ -138,7 +138,12 @@ test('bad requests are BadRequestError naming the field', TIMEOUT, async () => {
       (e) => e instanceof BadRequestError && e.param === 'max_tokens');
   await assert.rejects(client.completions.create({model: MODEL, prompt: 'a', n: 2}),
       (e) => e instanceof BadRequestError && e.param === 'n');
-  await assert.rejects(client.completions.create({model: 'nope', prompt: 'a'}), NotFoundError);
+  // A value the engine refuses is named by the parameter the client sent.
+  await assert.rejects(client.completions.create({model: MODEL, prompt: 'a', max_tokens: 999999}),
+      (e) => e instanceof BadRequestError && e.param === 'max_tokens' &&
+          /^max_tokens: 999999 exceeds/.test(e.error.message));
+  await assert.rejects(client.completions.create({model: 'nope', prompt: 'a'}),
+      (e) => e instanceof NotFoundError && /\(see GET \/v1\/models\)/.test(e.message));
   await assert.rejects(client.chat.completions.create({model: MODEL,
     messages: [{role: 'tool', content: 'x', tool_call_id: 'c'}]}),
   (e) => e instanceof BadRequestError && /messages\[0\]/.test(e.message));

@@ -285,7 +285,19 @@ class HttpTest(unittest.TestCase):
         status, _, body = self.server.post("/v1/completions", {"model": MODEL, "prompt": "a",
                                                                "max_tokens": 999999})
         self.assertEqual(status, 400, body)
-        self.assertIn("max_new_tokens", json.loads(body)["error"]["message"])
+        # In the API's words: the parameter the client sent, not performer.v1's field.
+        error = json.loads(body)["error"]
+        self.assertEqual(error["param"], "max_tokens", body)
+        self.assertTrue(error["message"].startswith("max_tokens: 999999 exceeds"), body)
+        self.assertNotIn("max_new_tokens ", error["message"])
+        status, _, body = self.server.post(
+            "/v1/chat/completions", {"model": MODEL, "max_completion_tokens": 999999,
+                                     "messages": [{"role": "user", "content": "a"}]})
+        self.assertEqual(status, 400, body)
+        self.assertEqual(json.loads(body)["error"]["param"], "max_completion_tokens", body)
+        status, _, body = self.server.post("/v1/completions", {"model": "nope", "prompt": "a"})
+        self.assertEqual(status, 404, body)
+        self.assertIn("(see GET /v1/models)", json.loads(body)["error"]["message"])
         # The server still answers.
         status, _, body = self.server.post("/v1/completions", {"model": MODEL, "prompt": "a",
                                                                "max_tokens": 2})

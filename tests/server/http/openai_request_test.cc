@@ -191,5 +191,67 @@ TEST(OpenAiRequestTest, ErrorParam) {
   EXPECT_EQ(ErrorParam(": empty"), std::nullopt);
 }
 
+// What the client sees of a refusal of the shared generation path.
+std::string Answered(const std::string& message, OpenAiEndpoint endpoint,
+                     const std::string& max_tokens_param = "max_tokens") {
+  return std::string(
+      InOpenAiTerms(absl::InvalidArgumentError(message), endpoint, max_tokens_param).message());
+}
+
+TEST(OpenAiRequestTest, RefusalsNameTheParametersTheClientSent) {
+  const auto completions = OpenAiEndpoint::kCompletions;
+  EXPECT_EQ(Answered("max_new_tokens 9000 exceeds this server's limit of 4096 "
+                     "(--max_new_tokens_limit)",
+                     completions),
+            "max_tokens: 9000 exceeds this server's limit of 4096 (--max_new_tokens_limit)");
+  EXPECT_EQ(Answered("max_new_tokens: the prompt (5 tokens) + max_new_tokens (9) exceeds the "
+                     "model's max sequence length 8",
+                     OpenAiEndpoint::kChatCompletions, "max_completion_tokens"),
+            "max_completion_tokens: the prompt (5 tokens) + max_completion_tokens (9) exceeds the "
+            "model's max sequence length 8");
+  EXPECT_EQ(Answered("max_new_tokens must be at least 1", OpenAiEndpoint::kResponses,
+                     "max_output_tokens"),
+            "max_output_tokens: must be at least 1");
+  EXPECT_EQ(Answered("prompt_tokens: token id 300 is outside the vocabulary", completions),
+            "prompt: token id 300 is outside the vocabulary");
+  EXPECT_EQ(Answered("prompt_text has 70000 bytes; this server takes at most 65536",
+                     OpenAiEndpoint::kChatCompletions),
+            "messages: has 70000 bytes; this server takes at most 65536");
+  EXPECT_EQ(Answered("prompt is empty: give prompt_text or prompt_tokens", completions),
+            "prompt: is empty: give prompt");
+  EXPECT_EQ(Answered("stop_strings[2] has 300 bytes", completions), "stop[2]: has 300 bytes");
+  EXPECT_EQ(Answered("stop_strings: model m has no tokenizer", completions),
+            "stop: model m has no tokenizer");
+  EXPECT_EQ(Answered("temperature must be finite and >= 0, got -1", completions),
+            "temperature: must be finite and >= 0, got -1");
+  EXPECT_EQ(Answered("top_p must be in (0, 1] (1 = off), got 2", completions),
+            "top_p: must be in (0, 1] (1 = off), got 2");
+  EXPECT_EQ(ErrorParam(Answered("max_new_tokens 9000 exceeds", completions)), "max_tokens");
+  // Not a parameter of the request: left as it is.
+  EXPECT_EQ(Answered("session_id: empty", completions), "session_id: empty");
+  EXPECT_EQ(Answered("top_pp must be set", completions), "top_pp must be set");
+  // Other codes are not refusals of a field.
+  const absl::Status busy = absl::ResourceExhaustedError("max_new_tokens queue full");
+  EXPECT_EQ(InOpenAiTerms(busy, completions, "max_tokens"), busy);
+}
+
+TEST(OpenAiRequestTest, TheMaxTokensParameterIsTheOneGiven) {
+  const auto parsed = [](OpenAiEndpoint endpoint, const std::string& body) {
+    absl::StatusOr<OpenAiGeneration> r = ParseOpenAiGeneration(endpoint, body);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->max_tokens_param : std::string();
+  };
+  EXPECT_EQ(parsed(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "a"})"), "max_tokens");
+  EXPECT_EQ(parsed(OpenAiEndpoint::kChatCompletions,
+                   R"({"model": "m", "messages": [{"role": "user", "content": "a"}],
+                       "max_completion_tokens": 5})"),
+            "max_completion_tokens");
+  EXPECT_EQ(parsed(OpenAiEndpoint::kResponses, R"({"model": "m", "input": "a"})"),
+            "max_output_tokens");
+  EXPECT_EQ(
+      parsed(OpenAiEndpoint::kResponses, R"({"model": "m", "input": "a", "max_output_tokens": 5})"),
+      "max_output_tokens");
+}
+
 }  // namespace
 }  // namespace performer::server
