@@ -7,7 +7,9 @@
 //   history + cache  the same requests with the prefix-state cache on
 //   sessions         every turn sends only its new message with a session_id
 // Reported per way: mean and p90 time to first token, prompt tokens sent,
-// and prompt tokens prefilled (sent minus those served from a state).
+// prompt tokens prefilled (sent minus those served from a state), and the
+// share of the history (what the model conditioned on before the new
+// message) served from a state.
 // Then: a repeated long prompt, cold and from the cache (time to first
 // token of each).
 //
@@ -120,6 +122,8 @@ struct WayResult {
   std::vector<double> ttft;
   int64_t sent = 0;
   int64_t prefilled = 0;
+  int64_t history = 0;  // tokens conditioned on before each turn's message
+  int64_t reused = 0;   // tokens served from a cached or session state
 };
 
 enum class Way { kHistory, kSessions };
@@ -163,6 +167,8 @@ WayResult RunChat(Engine& engine, Way way) {
       // sent only the message.
       out.sent += way == Way::kHistory ? s.prompt_tokens : static_cast<int64_t>(messages[u].size());
       out.prefilled += s.prompt_tokens - s.cached_prompt_tokens;
+      out.history += s.prompt_tokens - static_cast<int64_t>(messages[u].size());
+      out.reused += s.cached_prompt_tokens;
       history[u].insert(history[u].end(), messages[u].begin(), messages[u].end());
       history[u].insert(history[u].end(), results[u].tokens.begin(), results[u].tokens.end());
     }
@@ -196,17 +202,20 @@ int Main() {
       absl::GetFlag(FLAGS_prefill_chunk_tokens));
   std::printf(
       "| way | mean TTFT ms | p90 TTFT ms | prompt tokens sent | prompt tokens prefilled | "
-      "prefill saved |\n|---|---:|---:|---:|---:|---:|\n");
+      "prefill saved | history from a state |\n|---|---:|---:|---:|---:|---:|---:|\n");
   int64_t baseline = 0;
   for (int way = 0; way < 3; ++way) {
     std::unique_ptr<Engine> engine = MakeEngine(*model, way == 1 ? int64_t{1} << 30 : 0);
     const WayResult r = RunChat(*engine, way == 2 ? Way::kSessions : Way::kHistory);
     if (way == 0) baseline = r.prefilled;
     const char* name = way == 0 ? "history" : way == 1 ? "history + prefix cache" : "sessions";
-    std::printf("| %s | %.1f | %.1f | %lld | %lld | %.0f%% |\n", name, Mean(r.ttft) * 1e3,
+    std::printf("| %s | %.1f | %.1f | %lld | %lld | %.0f%% | %.1f%% |\n", name, Mean(r.ttft) * 1e3,
                 Percentile(r.ttft, 0.9) * 1e3, static_cast<long long>(r.sent),
                 static_cast<long long>(r.prefilled),
-                100.0 * (1.0 - static_cast<double>(r.prefilled) / static_cast<double>(baseline)));
+                100.0 * (1.0 - static_cast<double>(r.prefilled) / static_cast<double>(baseline)),
+                r.history == 0
+                    ? 0.0
+                    : 100.0 * static_cast<double>(r.reused) / static_cast<double>(r.history));
   }
 
   // The same long prompt twice, and a third time on a server without cache.
