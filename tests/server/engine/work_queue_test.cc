@@ -26,6 +26,13 @@ class Taker {
 
   int ran() const { return ran_.load(); }
 
+  // Nothing has woken the taker: it has run no task and still waits.
+  void ExpectStillAsleep() const {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(ran(), 0);
+    EXPECT_EQ(queue_.waiting(), 1);
+  }
+
   void WaitForRuns(int runs) const {
     while (ran_.load() < runs) std::this_thread::yield();
   }
@@ -45,54 +52,47 @@ class Taker {
   std::thread thread_;
 };
 
-TEST(WorkQueueTest, APostWakesTheTakerAtOnce) {
+// A queue whose one taker waits idle when each test begins.
+class WorkQueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override { taker.WaitUntilIdle(); }
+
   WorkQueue queue;
-  Taker taker(queue);
-  taker.WaitUntilIdle();
+  Taker taker{queue};
+};
+
+TEST_F(WorkQueueTest, APostWakesTheTakerAtOnce) {
   queue.Post([] {});
   taker.WaitForRuns(1);
   EXPECT_EQ(taker.ran(), 1);
 }
 
-TEST(WorkQueueTest, PostsInADeferredScopeWakeTheTakerOnlyWhenItEnds) {
-  WorkQueue queue;
-  Taker taker(queue);
-  taker.WaitUntilIdle();
+TEST_F(WorkQueueTest, PostsInADeferredScopeWakeTheTakerOnlyWhenItEnds) {
   {
     const WorkQueue::DeferredWakeups scope;
     for (int i = 0; i < 3; ++i) queue.Post([] {});
     EXPECT_FALSE(queue.empty());
-    // The taker sleeps on: nothing has woken it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_EQ(taker.ran(), 0);
-    EXPECT_EQ(queue.waiting(), 1);
+    taker.ExpectStillAsleep();
   }
   taker.WaitForRuns(3);
   EXPECT_EQ(taker.ran(), 3);
 }
 
-TEST(WorkQueueTest, OnlyTheOutermostScopeWakes) {
-  WorkQueue queue;
-  Taker taker(queue);
-  taker.WaitUntilIdle();
+TEST_F(WorkQueueTest, OnlyTheOutermostScopeWakes) {
   {
     const WorkQueue::DeferredWakeups outer;
     {
       const WorkQueue::DeferredWakeups inner;
       queue.Post([] {});
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_EQ(taker.ran(), 0);
+    taker.ExpectStillAsleep();
   }
   taker.WaitForRuns(1);
 }
 
-TEST(WorkQueueTest, AScopeDefersOnlyItsOwnThreadsPosts) {
-  WorkQueue queue;
-  Taker taker(queue);
-  taker.WaitUntilIdle();
+TEST_F(WorkQueueTest, AScopeDefersOnlyItsOwnThreadsPosts) {
   const WorkQueue::DeferredWakeups scope;
-  std::thread([&queue] { queue.Post([] {}); }).join();
+  std::thread([this] { queue.Post([] {}); }).join();
   taker.WaitForRuns(1);
   EXPECT_EQ(taker.ran(), 1);
 }
