@@ -20,8 +20,9 @@ class WorkQueue {
   // hundreds of streams, each a task for the write threads) then wakes the
   // takers once per burst instead of once per task: a wake-up is a system
   // call, and a woken taker on the producer's CPU preempts it to run one
-  // task at a time. Queues must outlive the scope (the process's queues are
-  // never destroyed).
+  // task at a time. A task posted inside the scope must not be waited for
+  // inside it (nothing wakes its taker until the scope ends). Queues must
+  // outlive the scope (the process's queues are never destroyed).
   class DeferredWakeups {
    public:
     DeferredWakeups() : outer_(current_) { current_ = this; }
