@@ -247,7 +247,7 @@ void Generate(ModelRepository& repository, const OpenAiServiceOptions& options,
 }
 
 // The options with the OpenAI API's model listing named in errors.
-OpenAiServiceOptions InOpenAiTerms(OpenAiServiceOptions options) {
+OpenAiServiceOptions WithOpenAiModelListing(OpenAiServiceOptions options) {
   options.start.model_listing = kOpenAiModelListing;
   return options;
 }
@@ -255,7 +255,7 @@ OpenAiServiceOptions InOpenAiTerms(OpenAiServiceOptions options) {
 }  // namespace
 
 OpenAiService::OpenAiService(ModelRepository& repository, OpenAiServiceOptions options)
-    : repository_(repository), options_(InOpenAiTerms(std::move(options))) {}
+    : repository_(repository), options_(WithOpenAiModelListing(std::move(options))) {}
 
 void OpenAiService::Handle(const HttpRequest& request,
                            const std::shared_ptr<HttpExchange>& exchange) {
