@@ -29,8 +29,14 @@
 // server does (Prefill, then Extend per chunk: the chunkwise prefill kernel
 // continuing each layer's state), tokens/s on the CPU and on CUDA.
 //
+// Then the cost of the same bits (kernels::CudaRowInvariance(), the
+// server's --cuda_same_bits): the fused fp32 step with CUDA graphs at B = 1,
+// 64, 256 and the chunked prefill of 1k / 4k tokens, each without and with
+// it, in one run.
+//
 // Usage: gpu_decode_bench [--cpu-steps N] [--cuda-steps N] [--fused-only 1]
-// (default 8, 100; --fused-only prints the fused step's table alone).
+// [--same-bits-only 1] (default 8, 100; --fused-only prints the fused step's
+// table alone, --same-bits-only the same bits' table alone).
 // Prints a markdown report; exits 1 where LibTorch has no CUDA device.
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -47,6 +53,7 @@
 #include "bench/gpu_reference.h"
 #include "core/decoding/performer_decoder.h"
 #include "core/models/performer_lm.h"
+#include "kernels/cuda_row_invariance.h"
 #include "kernels/fused_linear.h"
 #include "kernels/linear_state_step.h"
 
@@ -210,13 +217,47 @@ double PrefillSeconds(const torch::Device& device, int64_t length) {
   return Seconds(start);
 }
 
+// The same bits' table (see the top of this file).
+void SameBitsTable(const torch::Device& cuda, int steps) {
+  std::printf(
+      "\n## The same bits on the GPU (kernels::CudaRowInvariance), bench model\n\n"
+      "| measure | default | same bits | same bits / default (time) |\n|---|---|---|---|\n");
+  const models::DecodeStepOptions fp32 = bench::DecodeStepVariants()[1].step;
+  for (int64_t batch : {1, 64, 256}) {
+    const StepTiming fast = TimeSteps(cuda, batch, steps, true, fp32);
+    StepTiming exact;
+    {
+      const kernels::ScopedCudaRowInvariance invariant(true);
+      exact = TimeSteps(cuda, batch, steps, true, fp32);
+    }
+    std::printf("| fused fp32 step, B = %ld (ms) | %.3f | %.3f | %.2fx |\n",
+                static_cast<long>(batch), fast.seconds_per_step * 1e3, exact.seconds_per_step * 1e3,
+                exact.seconds_per_step / fast.seconds_per_step);
+    std::fflush(stdout);
+  }
+  for (int64_t length : {1024, 4096}) {
+    const double fast = PrefillSeconds(cuda, length);
+    double exact = 0;
+    {
+      const kernels::ScopedCudaRowInvariance invariant(true);
+      exact = PrefillSeconds(cuda, length);
+    }
+    std::printf("| prefill of %ld tokens (tokens/s) | %.0f | %.0f | %.2fx |\n",
+                static_cast<long>(length), length / fast, length / exact, exact / fast);
+    std::fflush(stdout);
+  }
+}
+
 int Main(int argc, char** argv) {
   int cpu_steps = 8, cuda_steps = 100;
-  bool fused_only = false;
+  bool fused_only = false, same_bits_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--cpu-steps") == 0) cpu_steps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--cuda-steps") == 0) cuda_steps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--fused-only") == 0) fused_only = std::atoi(argv[i + 1]) != 0;
+    if (std::strcmp(argv[i], "--same-bits-only") == 0) {
+      same_bits_only = std::atoi(argv[i + 1]) != 0;
+    }
   }
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "gpu_decode_bench: no CUDA device (or LibTorch without CUDA)\n");
@@ -234,6 +275,10 @@ int Main(int argc, char** argv) {
       copy_bandwidth / 1e9, weight_bytes / 1e6, torch::get_num_threads());
   if (fused_only) {
     FusedStepTable(cuda, model, cuda_steps, copy_bandwidth);
+    return 0;
+  }
+  if (same_bits_only) {
+    SameBitsTable(cuda, cuda_steps);
     return 0;
   }
   std::printf(
@@ -280,6 +325,7 @@ int Main(int argc, char** argv) {
                 length / gpu, cpu / gpu);
     std::fflush(stdout);
   }
+  SameBitsTable(cuda, cuda_steps);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/fused_linear_cpu.h"
 #include "kernels/cpu/weight_formats.h"
+#include "kernels/cuda_row_invariance.h"
 #include "kernels/device_check.h"
 #if PERFORMER_CUDA_KERNELS
 #include "kernels/cuda/fused_linear_launch.h"
@@ -88,7 +89,8 @@ torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
   if (rows == 0 || out == 0) return torch::empty({rows, out}, x.options());
 #if PERFORMER_CUDA_KERNELS
   if (x.is_cuda()) {
-    return cuda::FusedLinearCuda(xc, wc, o, rows <= CudaFusedLinearMaxRows());
+    return cuda::FusedLinearCuda(xc, wc, o,
+                                 rows <= CudaFusedLinearMaxRows() || CudaRowInvariance());
   }
 #endif
   return cpu::FusedLinearForward(xc, wc, o);

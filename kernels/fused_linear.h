@@ -21,8 +21,10 @@
 // CUDA (kernels/cuda/fused_linear_cuda.cu): one launch; each warp streams one
 // weight row with 16-byte loads against up to 8 rows of x staged (and
 // normalised) in shared memory, and applies the epilogue as it stores. Up to
-// CudaFusedLinearMaxRows() rows; above it cuBLAS's float32 GEMM and tensor
-// ops, which win there (bfloat16 weights widened first, which is exact).
+// CudaFusedLinearMaxRows() rows (any number under kernels::
+// CudaRowInvariance(), kernels/cuda_row_invariance.h); above it cuBLAS's
+// float32 GEMM and tensor ops, which win there (bfloat16 weights widened
+// first, which is exact).
 // Not differentiable (inference only).
 #pragma once
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/linear_state_step_cpu.h"
+#include "kernels/cuda_row_invariance.h"
 #include "kernels/device_check.h"
 #if PERFORMER_CUDA_KERNELS
 #include "kernels/cuda/linear_state_step_launch.h"
@@ -224,22 +225,38 @@ torch::Tensor FavorProjectedStateStep(torch::Tensor& state, torch::Tensor& key_m
 }
 
 bool LinearStateScanSupported(const torch::Tensor& state) {
-  return state.defined() && state.device().is_cpu() && state.scalar_type() == torch::kFloat &&
-         state.dim() >= 3 && state.is_contiguous();
+  if (!state.defined() || state.scalar_type() != torch::kFloat || state.dim() < 3 ||
+      !state.is_contiguous()) {
+    return false;
+  }
+  if (state.device().is_cpu()) return true;
+  return PERFORMER_CUDA_KERNELS != 0 && state.is_cuda() && CudaRowInvariance();
 }
 
 namespace {
 
 void CheckScanState(const char* op, const torch::Tensor& state) {
   TORCH_CHECK(LinearStateScanSupported(state) && state.dim() == 3, op,
-              ": state must be a contiguous float32 (S, M, E+1) tensor on the CPU, got ",
+              ": state must be a contiguous float32 (S, M, E+1) tensor on the CPU (or on CUDA "
+              "under kernels::CudaRowInvariance()), got ",
               state.sizes(), " ", state.scalar_type(), " on ", state.device());
 }
 
 void CheckScanTensor(const char* op, const char* name, const torch::Tensor& t,
-                     torch::IntArrayRef shape) {
+                     torch::IntArrayRef shape, const torch::Tensor& state) {
   TORCH_CHECK(t.sizes() == shape, op, ": ", name, " must be ", shape, ", got ", t.sizes());
-  TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " must be on the CPU");
+  TORCH_CHECK(t.device() == state.device(), op, ": ", name, " must be on the state's device (",
+              state.device(), "), got ", t.device());
+}
+
+// A scan on CUDA: one step per token, `step(t)` returning token t's rows,
+// stacked along `dim` (the token axis of the scan's output).
+template <typename Step>
+torch::Tensor ScanBySteps(int64_t tokens, int64_t dim, Step step) {
+  std::vector<torch::Tensor> outs;
+  outs.reserve(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) outs.push_back(step(t));
+  return torch::stack(outs, dim);
 }
 
 // Token-major rows [C, T, H] of C*H states.
@@ -254,10 +271,15 @@ torch::Tensor LinearStateScan(torch::Tensor& state, const torch::Tensor& q, cons
   CheckScanState("LinearStateScan", state);
   const int64_t states = state.size(0), m = state.size(1), e = state.size(2) - 1;
   const int64_t tokens = q.dim() == 3 ? q.size(1) : 0;
-  CheckScanTensor("LinearStateScan", "q", q, {states, tokens, m});
-  CheckScanTensor("LinearStateScan", "k", k, {states, tokens, m});
-  CheckScanTensor("LinearStateScan", "v", v, {states, tokens, e});
+  CheckScanTensor("LinearStateScan", "q", q, {states, tokens, m}, state);
+  CheckScanTensor("LinearStateScan", "k", k, {states, tokens, m}, state);
+  CheckScanTensor("LinearStateScan", "v", v, {states, tokens, e}, state);
   if (tokens == 0) return torch::empty({states, 0, e + 1}, state.options());
+  if (state.is_cuda()) {
+    return ScanBySteps(tokens, 1, [&](int64_t t) {
+      return LinearStateStep(state, q.select(1, t), k.select(1, t), v.select(1, t));
+    });
+  }
   const cpu::ScanLayout layout{tokens, /*heads=*/1, /*token_stride=*/1, /*head_stride=*/0};
   return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), torch::Tensor(), nullptr,
                                      nullptr, layout)
@@ -274,15 +296,25 @@ torch::Tensor LinearStateScanNormalized(torch::Tensor& state, const torch::Tenso
   const int64_t m = state.size(1), e = state.size(2) - 1;
   TORCH_CHECK(state.size(0) == c * heads, "LinearStateScanNormalized: ", state.size(0),
               " states for ", c, " sequences of ", heads, " heads");
-  CheckScanTensor("LinearStateScanNormalized", "q", q, {c, tokens, heads, m});
-  CheckScanTensor("LinearStateScanNormalized", "k", k, {c, tokens, heads, m});
-  CheckScanTensor("LinearStateScanNormalized", "v", v, {c, tokens, heads, e});
+  CheckScanTensor("LinearStateScanNormalized", "q", q, {c, tokens, heads, m}, state);
+  CheckScanTensor("LinearStateScanNormalized", "k", k, {c, tokens, heads, m}, state);
+  CheckScanTensor("LinearStateScanNormalized", "v", v, {c, tokens, heads, e}, state);
   if (sums.defined()) {
-    CheckScanTensor("LinearStateScanNormalized", "sums", sums, {c * heads, e + 1});
+    CheckScanTensor("LinearStateScanNormalized", "sums", sums, {c * heads, e + 1}, state);
     TORCH_CHECK(sums.scalar_type() == torch::kFloat && sums.is_contiguous(),
                 "LinearStateScanNormalized: sums must be contiguous float32");
   }
   if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+  if (state.is_cuda()) {
+    auto rows = [&](const torch::Tensor& x, int64_t t) {
+      return x.select(1, t).reshape({c * heads, x.size(-1)});
+    };
+    return ScanBySteps(tokens, 1, [&](int64_t t) {
+      return LinearStateStepNormalized(state, rows(q, t), rows(k, t), rows(v, t), torch::Tensor(),
+                                       sums, scale, offset, eps)
+          .view({c, heads, e});
+    });
+  }
   cpu::StepNormalization norm{sums.defined() ? sums.data_ptr<float>() : nullptr,
                               static_cast<float>(scale), static_cast<float>(offset),
                               static_cast<float>(eps)};
@@ -301,19 +333,56 @@ torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch
   const int64_t m = state.size(1), e = state.size(2) - 1;
   TORCH_CHECK(state.size(0) == c * heads, "FavorStateScan: ", state.size(0), " states for ", c,
               " sequences of ", heads, " heads");
-  CheckScanTensor("FavorStateScan", "projections", projections, {c, tokens, 2, heads, m});
-  CheckScanTensor("FavorStateScan", "diag", diag, {c, tokens, 2, heads});
-  CheckScanTensor("FavorStateScan", "v", v, {c, tokens, heads, e});
-  CheckScanTensor("FavorStateScan", "key_max", key_max, {c * heads});
-  CheckScanTensor("FavorStateScan", "sums", sums, {c * heads, e + 1});
+  CheckScanTensor("FavorStateScan", "projections", projections, {c, tokens, 2, heads, m}, state);
+  CheckScanTensor("FavorStateScan", "diag", diag, {c, tokens, 2, heads}, state);
+  CheckScanTensor("FavorStateScan", "v", v, {c, tokens, heads, e}, state);
+  CheckScanTensor("FavorStateScan", "key_max", key_max, {c * heads}, state);
+  CheckScanTensor("FavorStateScan", "sums", sums, {c * heads, e + 1}, state);
   for (const torch::Tensor* t : {&key_max, &sums}) {
     TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous(),
                 "FavorStateScan: key_max and sums must be contiguous float32");
   }
   if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+  if (state.is_cuda()) {
+    return ScanBySteps(tokens, 1, [&](int64_t t) {
+      return FavorStateStep(state, key_max, sums, projections.select(1, t), diag.select(1, t),
+                            v.select(1, t).reshape({c * heads, e}), kernel_eps, denominator_eps)
+          .view({c, heads, e});
+    });
+  }
   return FavorCpu(state, key_max, sums, projections, diag, v, heads, kernel_eps, denominator_eps,
                   nullptr, TokenMajor(tokens, heads))
       .view({c, tokens, heads, e});
+}
+
+torch::Tensor FavorProjectedStateScan(torch::Tensor& state, torch::Tensor& key_max,
+                                      torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                      const torch::Tensor& projection_t, const torch::Tensor& v,
+                                      double kernel_eps, double denominator_eps) {
+  CheckScanState("FavorProjectedStateScan", state);
+  TORCH_CHECK(head_inputs.dim() == 5 && head_inputs.size(2) == 2 && head_inputs.size(4) >= 1,
+              "FavorProjectedStateScan: head_inputs must be (C, T, 2, H, D), got ",
+              head_inputs.sizes());
+  const int64_t c = head_inputs.size(0), tokens = head_inputs.size(1), heads = head_inputs.size(3);
+  const int64_t dims = head_inputs.size(4), m = state.size(1), e = state.size(2) - 1;
+  TORCH_CHECK(state.size(0) == c * heads, "FavorProjectedStateScan: ", state.size(0),
+              " states for ", c, " sequences of ", heads, " heads");
+  CheckScanTensor("FavorProjectedStateScan", "projection_t", projection_t, {dims, m}, state);
+  CheckScanTensor("FavorProjectedStateScan", "v", v, {c, tokens, heads, e}, state);
+  if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+  if (state.is_cuda()) {
+    return ScanBySteps(tokens, 1, [&](int64_t t) {
+      return FavorProjectedStateStep(state, key_max, sums, head_inputs.select(1, t), projection_t,
+                                     v.select(1, t).reshape({c * heads, e}), kernel_eps,
+                                     denominator_eps)
+          .view({c, heads, e});
+    });
+  }
+  // The reference, as FavorProjectedStateStep's on the CPU.
+  const torch::Tensor x = F32(head_inputs);
+  const torch::Tensor u = torch::matmul(x, F32(projection_t));
+  const torch::Tensor diag = x.square().sum(-1) * (0.5 / std::sqrt(static_cast<double>(dims)));
+  return FavorStateScan(state, key_max, sums, u, diag, v, kernel_eps, denominator_eps);
 }
 
 }  // namespace performer::kernels

@@ -84,9 +84,12 @@ torch::Tensor FavorProjectedStateStep(torch::Tensor& state, torch::Tensor& key_m
 // operations of one step above (one loop body), so that a prompt fed as a
 // scan and the same tokens fed one step at a time give the same bits, and a
 // token's result does not depend on how many tokens or states share the
-// call. The threads split the states, never a state's tokens. CPU only
-// (LinearStateScanSupported); a long prompt's scan is slower than the
-// chunkwise kernels/causal_linear_prefill.h, which sums in another order.
+// call. On the CPU the threads split the states, never a state's tokens. On
+// CUDA, only under kernels::CudaRowInvariance() (kernels/
+// cuda_row_invariance.h), a scan is one step launch per token, each the
+// step's row-block kernel (LinearStateScanSupported says which). A long
+// prompt's scan is slower than the chunkwise kernels/causal_linear_prefill.h,
+// which sums in another order.
 //
 // State-major, unnormalised (fast-transformers' RecurrentLinearAttention):
 // state (S, M, E + 1), q, k (S, T, M), v (S, T, E) -> (S, T, E + 1).
@@ -105,12 +108,24 @@ torch::Tensor LinearStateScanNormalized(torch::Tensor& state, const torch::Tenso
 torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
                              const torch::Tensor& projections, const torch::Tensor& diag,
                              const torch::Tensor& v, double kernel_eps, double denominator_eps);
+// FavorProjectedStateStep over T tokens: state (C*H, M, E + 1), key_max
+// (C*H), sums (C*H, E + 1), head_inputs (C, T, 2, H, D), projection_t
+// (D, M), v (C, T, H, E) -> (C, T, H, E). On CUDA each token is one
+// FavorProjectedStateStep launch (the steps' bits); on the CPU the
+// reference, as FavorProjectedStateStep's (u by one matrix product over all
+// tokens, then FavorStateScan).
+torch::Tensor FavorProjectedStateScan(torch::Tensor& state, torch::Tensor& key_max,
+                                      torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                      const torch::Tensor& projection_t, const torch::Tensor& v,
+                                      double kernel_eps, double denominator_eps);
 // True when the scans run for this state (or a view of it with its leading
-// axes merged): contiguous float32 on the CPU.
+// axes merged): contiguous float32 on the CPU, or on a CUDA device under
+// kernels::CudaRowInvariance() when this build compiled kernels/cuda.
 bool LinearStateScanSupported(const torch::Tensor& state);
 
 // The CUDA kernel behind LinearStateStep, LinearStateStepNormalized and
-// FavorStateStep (the CPU has one). Process-wide; read at every call.
+// FavorStateStep (the CPU has one); kRowBlocks whatever this says under
+// kernels::CudaRowInvariance(). Process-wide; read at every call.
 //   kByShape (the default): kVectorSplit from kVectorStepMinRows state rows
 //     (batch x heads) on, kRowBlocks below, where each measured as fast or
 //     faster (kernels/cuda/linear_state_step_plan.h, docs/gpu.md).

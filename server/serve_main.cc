@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/runtime/torch_runtime.h"
+#include "kernels/cuda_row_invariance.h"
 #include "server/engine/compute_thread.h"
 #include "server/engine/state_signature.h"
 #include "server/http/http_listener.h"
@@ -645,13 +646,17 @@ void Drain(ModelRepository& repository, absl::Duration timeout) {
   }
 }
 
-// LibTorch's threads, and the "runtime" log line.
+// LibTorch's threads, the CUDA kernels' row invariance (before any model is
+// loaded: CUDA graphs capture the kernels chosen then), and the "runtime"
+// log line.
 void ConfigureRuntime(const ServerConfig& config, uint64_t open_files_limit) {
   const performer::TorchRuntimeInfo runtime =
       performer::ConfigureTorchRuntime(config.intra_op_threads);
+  performer::kernels::SetCudaRowInvariance(config.cuda_same_bits);
   LogEvent(level::info, "runtime",
            {{"torch", performer::DescribeTorchRuntime(runtime)},
             {"device", config.repository.device},
+            {"cuda_same_bits", config.cuda_same_bits},
             {"open_files_limit", static_cast<int64_t>(open_files_limit)}});
 }
 

@@ -138,6 +138,11 @@ ABSL_FLAG(std::string, weight_dtype, "fp32",
           "Dtype the models' projection, feed-forward and output-head weights are served in, "
           "prefill and decode: fp32, bf16 or int8 (CPU only; docs/serving.md).");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per online CPU).");
+ABSL_FLAG(bool, cuda_same_bits, false,
+          "With --device=cuda: every kernel computes a row the same way whatever the batch, and "
+          "prompts run token by token, so that a request's logits are the same bits however it "
+          "is fed (prompt chunks, prefix cache, sessions, batch), as on the CPU always; prompts "
+          "then cost one launch per token and layer (docs/serving.md). Not yet run on a GPU.");
 ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
 ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
 ABSL_FLAG(int32_t, keepalive_timeout_ms, 20000, "Keepalive ping ack timeout.");
@@ -516,6 +521,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
   config.repository.decode_step.weight_dtype = *dtype;
   config.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  config.cuda_same_bits = absl::GetFlag(FLAGS_cuda_same_bits);
   config.stream_buffer_tokens = absl::GetFlag(FLAGS_stream_buffer_tokens);
   config.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   config.io_thread_nice = absl::GetFlag(FLAGS_io_thread_nice);

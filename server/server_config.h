@@ -82,6 +82,10 @@ struct ServerConfig {
   // observer_for_model is left unset: the server sets it to its metrics.
   RepositoryOptions repository;
   int32_t intra_op_threads = 0;  // 0 = one per online CPU
+  // On CUDA, the kernels compute each row the same way whatever the batch
+  // and prompts run token by token (kernels/cuda_row_invariance.h), so that
+  // a request's logits are the same bits however it is fed, as on the CPU.
+  bool cuda_same_bits = false;
   int64_t stream_buffer_tokens = 1024;
   int64_t stream_interval = 1;  // tokens per streamed message
   int32_t io_thread_nice = 0;   // added to every thread's nice but the compute threads'

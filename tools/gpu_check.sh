@@ -5,7 +5,9 @@
 # serve_bench (also with the prefix cache in host memory, and with 8 tokens
 # per message at 256 streams) and by the Python
 # client (twice with one prompt: the second resumes from the prefix cache's
-# state, in device memory, then in host memory), the whole-model decode benchmark,
+# state, in device memory, then in host memory), the same-bits suite
+# (tests/integration/python/test_same_bits.py) against performer-serve
+# --device=cuda --cuda_same_bits, the whole-model decode benchmark,
 # the kernel benchmark with flash-linear-attention's prefill timed beside
 # ours, performer-pytorch's forward and generation on the bench model, the
 # unit tests and compute-sanitizer memcheck.
@@ -17,7 +19,8 @@
 # also builds core, the server and the benchmarks against third_party/sysroot;
 # `serve` builds and runs only performer-serve, serve_bench and the client;
 # `decode` only the decode step: the CUDA tests, the unit tests of the CUDA
-# paths, gpu_decode_bench's fused-step table, weight_dtype_quality_bench on
+# paths, gpu_decode_bench's fused-step and same-bits tables,
+# weight_dtype_quality_bench on
 # the GPU, gpu_kernel_bench and memcheck of the tests of the fused projection
 # and of the state step that projects its own query and key.
 # Steps run in order of importance, each logged to $OUT (or build-gpu/logs)
@@ -171,6 +174,8 @@ if [ "$stage" = decode ]; then
   gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'
   step fused_step_bench "$(bin gpu_decode_bench)" --fused-only 1
   cat "$logs/fused_step_bench.log"
+  step same_bits_bench "$(bin gpu_decode_bench)" --same-bits-only 1
+  cat "$logs/same_bits_bench.log"
   step quality "$(bin weight_dtype_quality_bench)" --device=cuda
   cat "$logs/quality.log"
   time_left 60 "gpu_kernel_bench" && step gpu_kernel_bench "$(bin gpu_kernel_bench)"
@@ -216,6 +221,21 @@ if [ "$core" = ON ]; then
   if time_left 60 "Python client against performer-serve --device=cuda"; then
     python_twice python_device
     python_twice python_host --prefix_cache_on_device=false
+  fi
+  if time_left 90 "the same bits through performer-serve --device=cuda --cuda_same_bits"; then
+    # The suite's Python must not get the sysroot's libraries; the programs
+    # it starts (performer-serve, serve_bench beside it) need them.
+    for program in server/performer-serve bench/serve_bench; do
+      mkdir -p "build-gpu/wrapped/$(dirname $program)"
+      printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$syslib" \
+        "$root/$(bin "$(basename $program)")" >"build-gpu/wrapped/$program"
+      chmod +x "build-gpu/wrapped/$program"
+    done
+    step same_bits_serve env -u LD_LIBRARY_PATH PERFORMER_SAME_BITS_DEVICE=cuda \
+      PERFORMER_SERVE="$root/build-gpu/wrapped/server/performer-serve" \
+      PYTHONPATH=build-gpu/python:tests/integration/python \
+      timeout 300 python3 tests/integration/python/run_suite.py test_same_bits
+    tail -5 "$logs/same_bits_serve.log"
   fi
   if $all && time_left 60 "unit tests of the CUDA paths"; then
     gtest_until_done unit_cuda build-gpu/tests/performer_unit_tests '*Cuda*:*CUDA*'

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/attention/linear_weights.h"
+#include "core/attention/row_invariance.h"
 #include "kernels/skinny_linear.h"
 
 namespace performer {
@@ -17,11 +18,19 @@ bool IsCompact(const torch::Tensor& weight) {
   return weight.scalar_type() == torch::kBFloat16 || weight.scalar_type() == torch::kChar;
 }
 
+// Whether kernels::FusedLinear computes the rows: compact weights, and any
+// CUDA weight it takes where RowInvariantOn the device (its own kernel, one
+// chain of operations per row at any number of rows).
+bool FusedLinearRuns(const torch::Tensor& weight) {
+  return IsCompact(weight) || (weight.is_cuda() && RowInvariantOn(weight.device()) &&
+                               kernels::FusedLinearSupported(weight));
+}
+
 }  // namespace
 
 torch::Tensor LinearRows(const torch::Tensor& weight, const torch::Tensor& bias,
                          const torch::Tensor& x, const torch::Tensor& scales) {
-  if (IsCompact(weight)) {
+  if (FusedLinearRuns(weight)) {
     kernels::FusedLinearOptions options;
     options.bias = bias;
     options.weight_scales = scales;
@@ -50,9 +59,10 @@ torch::Tensor LinearRows(const torch::nn::Linear& layer, const torch::Tensor& x)
 torch::Tensor ApplyLinear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   const int64_t in = x.size(-1);
   const int64_t rows = in > 0 ? x.numel() / in : 0;
-  const bool compact = IsCompact(layer->weight);
-  if (!compact && (torch::GradMode::is_enabled() || rows == 0 ||
-                   !kernels::SkinnyLinearSupported(x.reshape({rows, in}), layer->weight))) {
+  const bool row_kernel = !torch::GradMode::is_enabled() && rows > 0 &&
+                          (kernels::SkinnyLinearSupported(x.reshape({rows, in}), layer->weight) ||
+                           FusedLinearRuns(layer->weight));
+  if (!IsCompact(layer->weight) && !row_kernel) {
     return torch::nn::functional::linear(x, layer->weight, layer->bias);
   }
   std::vector<int64_t> shape = x.sizes().vec();

@@ -6,8 +6,9 @@
 // which sgemm does not promise (and OpenBLAS's packing of W costs several
 // times the product at batch 1). Elsewhere small batches use one gemv per
 // row and larger ones W x^T. A bfloat16 or int8 weight
-// (core/attention/linear_weights.h) goes to kernels::FusedLinear at any
-// number of rows. Returns a contiguous [B, out].
+// (core/attention/linear_weights.h), and on CUDA where RowInvariantOn the
+// device (core/attention/row_invariance.h) any weight it takes, goes to
+// kernels::FusedLinear at any number of rows. Returns a contiguous [B, out].
 #pragma once
 
 #include <torch/nn/modules/linear.h>

@@ -1,13 +1,12 @@
 #include "core/attention/windowed_local_attention.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/attention/rotary.h"
+#include "kernels/windowed_ring_attention.h"
 
 namespace performer {
 namespace {
@@ -27,83 +26,6 @@ torch::Tensor LookAround(const torch::Tensor& x, int64_t backward, int64_t forwa
   std::vector<torch::Tensor> parts;
   for (int64_t i = 0; i <= backward + forward; ++i) parts.push_back(padded.narrow(1, i, windows));
   return torch::cat(parts, 2);
-}
-
-// Whether RingAttention runs for these rings: contiguous float32 on the CPU.
-bool RingKernelRuns(const torch::Tensor& ring_k, const torch::Tensor& ring_v) {
-  for (const torch::Tensor* ring : {&ring_k, &ring_v}) {
-    if (!ring->device().is_cpu() || ring->scalar_type() != torch::kFloat ||
-        !ring->is_contiguous()) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// The ring scan (RingAttention): C sequences of T tokens and H heads.
-struct RingScan {
-  const float* q;        // [C, T, H, d]
-  const float* k;        // [C, T, H, d]
-  const float* v;        // [C, T, H, d]
-  const int64_t* start;  // [C]: the position of each sequence's first token
-  float* ring_k;         // [C, H, 2w, d]
-  float* ring_v;         // [C, H, 2w, d]
-  const float* cos;      // [2w, d]: the rotary of each window-relative slot
-  const float* sin;      // [2w, d]
-  float* out;            // [C, T, H, d]
-  int64_t tokens, heads, d, w;
-};
-
-// scale * x rotated to window-relative slot `slot` (ApplyHalfRotary).
-void RotateRow(const RingScan& a, const float* x, int64_t slot, float scale, float* out) {
-  const int64_t half = a.d / 2;
-  const float* c = a.cos + slot * a.d;
-  const float* s = a.sin + slot * a.d;
-  for (int64_t i = 0; i < a.d; ++i) {
-    const float rotated = i < half ? -(x[i + half] * scale) : x[i - half] * scale;
-    out[i] = (x[i] * scale) * c[i] + rotated * s[i];
-  }
-}
-
-// Sequence c, head h through its tokens in order: each token enters the
-// ring, then its query attends to positions max(0, (p/w - 1) w) .. p, every
-// sum in the order of the positions. Steps and prompts run this one loop,
-// so a token's output does not depend on how its sequence was fed.
-void ScanRingHead(const RingScan& a, int64_t c, int64_t h) {
-  const int64_t d = a.d, w = a.w, ring = 2 * w;
-  std::vector<float> query(static_cast<size_t>(d)), key(static_cast<size_t>(d));
-  std::vector<float> scores(static_cast<size_t>(ring));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  float* ring_k = a.ring_k + (c * a.heads + h) * ring * d;
-  float* ring_v = a.ring_v + (c * a.heads + h) * ring * d;
-  for (int64_t t = 0; t < a.tokens; ++t) {
-    const int64_t row = ((c * a.tokens + t) * a.heads + h) * d;
-    const int64_t p = a.start[c] + t;
-    std::copy(a.k + row, a.k + row + d, ring_k + (p % ring) * d);
-    std::copy(a.v + row, a.v + row + d, ring_v + (p % ring) * d);
-    const int64_t window_start = (p / w) * w - w, first = std::max<int64_t>(0, window_start);
-    RotateRow(a, a.q + row, p - window_start, scale, query.data());
-    float best = std::numeric_limits<float>::lowest();
-    for (int64_t j = first; j <= p; ++j) {
-      RotateRow(a, ring_k + (j % ring) * d, j - window_start, 1.0f, key.data());
-      float score = 0.0f;
-      for (int64_t i = 0; i < d; ++i) score += query[i] * key[i];
-      scores[j - first] = score;
-      best = std::max(best, score);
-    }
-    float total = 0.0f;
-    for (int64_t j = first; j <= p; ++j) {
-      scores[j - first] = std::exp(scores[j - first] - best);
-      total += scores[j - first];
-    }
-    float* out = a.out + row;
-    std::fill(out, out + d, 0.0f);
-    for (int64_t j = first; j <= p; ++j) {
-      const float weight = scores[j - first] / total;
-      const float* value = ring_v + (j % ring) * d;
-      for (int64_t i = 0; i < d; ++i) out[i] += weight * value[i];
-    }
-  }
 }
 
 }  // namespace
@@ -224,47 +146,27 @@ void WindowedLocalAttentionImpl::InitRing(const torch::Tensor& k, const torch::T
   ring_v.index_copy_(2, index, v.narrow(2, start, n - start));
 }
 
-WindowedLocalAttentionImpl::RingTables WindowedLocalAttentionImpl::MakeRingTables() const {
+WindowedLocalAttentionImpl::RingTables WindowedLocalAttentionImpl::MakeRingTables(
+    const torch::Device& device) const {
   const torch::Tensor inv_freq = inv_freq_.to(torch::kCPU, torch::kFloat);
   const torch::Tensor angles =
       HalfRotaryAngles(torch::arange(2 * window_size_, inv_freq.options()), inv_freq);
-  return {angles.cos().contiguous(), angles.sin().contiguous()};
+  return {angles.cos().contiguous().to(device), angles.sin().contiguous().to(device)};
 }
 
 void WindowedLocalAttentionImpl::PrepareForDecoding() {
   torch::NoGradGuard no_grad;
-  ring_tables_ = MakeRingTables();
+  ring_tables_ = MakeRingTables(inv_freq_.device());
 }
 
 torch::Tensor WindowedLocalAttentionImpl::RingAttention(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& start, const torch::Tensor& ring_k, const torch::Tensor& ring_v) const {
-  const int64_t sequences = q.size(0), tokens = q.size(1), heads = q.size(2), d = q.size(3);
-  const int64_t w = window_size_;
-  torch::Tensor qc = q.to(torch::kFloat).contiguous(), kc = k.to(torch::kFloat).contiguous();
-  torch::Tensor vc = v.to(torch::kFloat).contiguous();
-  torch::Tensor first = start.to(torch::kLong).contiguous();
-  const RingTables tables = ring_tables_.cos.defined() ? ring_tables_ : MakeRingTables();
-  torch::Tensor out = torch::empty_like(qc);
-  const RingScan args{qc.data_ptr<float>(),
-                      kc.data_ptr<float>(),
-                      vc.data_ptr<float>(),
-                      first.data_ptr<int64_t>(),
-                      ring_k.data_ptr<float>(),
-                      ring_v.data_ptr<float>(),
-                      tables.cos.data_ptr<float>(),
-                      tables.sin.data_ptr<float>(),
-                      out.data_ptr<float>(),
-                      tokens,
-                      heads,
-                      d,
-                      w};
-  // The threads split (sequence, head) pairs, never a pair's tokens.
-  const int64_t grain = std::max<int64_t>(1, 256 / std::max<int64_t>(1, tokens));
-  at::parallel_for(0, sequences * heads, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) ScanRingHead(args, i / heads, i % heads);
-  });
-  return out.to(q.scalar_type());
+  const bool prepared = ring_tables_.cos.defined() && ring_tables_.cos.device() == ring_k.device();
+  const RingTables tables = prepared ? ring_tables_ : MakeRingTables(ring_k.device());
+  return kernels::WindowedRingAttention(q, k, v, start.to(ring_k.device()), ring_k, ring_v,
+                                        tables.cos, tables.sin)
+      .to(q.scalar_type());
 }
 
 torch::Tensor WindowedLocalAttentionImpl::Step(const torch::Tensor& q, const torch::Tensor& k,
@@ -272,7 +174,9 @@ torch::Tensor WindowedLocalAttentionImpl::Step(const torch::Tensor& q, const tor
                                                const torch::Tensor& positions,
                                                const torch::Tensor& ring_k,
                                                const torch::Tensor& ring_v) const {
-  if (!RingKernelRuns(ring_k, ring_v)) return StepTensorOps(q, k, v, positions, ring_k, ring_v);
+  if (!kernels::WindowedRingAttentionSupported(ring_k, ring_v)) {
+    return StepTensorOps(q, k, v, positions, ring_k, ring_v);
+  }
   return RingAttention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), positions, ring_k, ring_v)
       .squeeze(1);
 }
@@ -283,10 +187,13 @@ torch::Tensor WindowedLocalAttentionImpl::Extend(const torch::Tensor& q, const t
                                                  const torch::Tensor& ring_v) {
   TORCH_CHECK(causal_, "WindowedLocalAttention: only causal local attention extends a ring");
   TORCH_CHECK(q.size(0) == 1, "WindowedLocalAttention::Extend takes one sequence, got ", q.size(0));
-  if (!RingKernelRuns(ring_k, ring_v)) return ExtendTensorOps(q, k, v, start, ring_k, ring_v);
+  if (!kernels::WindowedRingAttentionSupported(ring_k, ring_v)) {
+    return ExtendTensorOps(q, k, v, start, ring_k, ring_v);
+  }
   // [1, lh, n, d] <-> [1, n, lh, d].
   return RingAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                       torch::full({1}, start, torch::kLong), ring_k, ring_v)
+                       torch::full({1}, start, ring_k.options().dtype(torch::kLong)), ring_k,
+                       ring_v)
       .transpose(1, 2);
 }
 

@@ -14,10 +14,12 @@
 // Step() is the causal incremental form: a ring of the raw keys/values of
 // the last 2w positions per row (entry = position mod 2w); a query at
 // position p sees positions max(0, (p/w - 1) w) .. p with the same slots.
-// With float32 rings on the CPU, Step() and Extend() run one loop per (sequence, head) that
-// feeds tokens in order with every sum in position order, so a token's
-// output is the same bits however its sequence was fed (prompt chunks or
-// steps) and whatever shares the call; otherwise they are tensor ops.
+// Where kernels::WindowedRingAttentionSupported (float32 rings on the CPU,
+// or on CUDA under kernels::CudaRowInvariance()), Step() and Extend() run
+// kernels/windowed_ring_attention.h, one loop per (sequence, head) that feeds
+// tokens in order with every sum in position order, so a token's output is
+// the same bits however its sequence was fed (prompt chunks or steps) and
+// whatever shares the call; otherwise they are tensor ops.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -51,21 +53,23 @@ class WindowedLocalAttentionImpl : public torch::nn::Module {
   void InitRing(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& ring_k,
                 const torch::Tensor& ring_v) const;
 
-  // Makes the CPU ring loop's rotary tables (the cos and sin of every
-  // window-relative slot, from inv_freq as it is now) once instead of on
-  // every Step and Extend; the same bits either way. Call after loading.
+  // Makes the ring loop's rotary tables (the cos and sin of every
+  // window-relative slot, from inv_freq as it is now, on inv_freq's device)
+  // once instead of on every Step and Extend; the same bits either way.
+  // Call after loading and moving the module.
   void PrepareForDecoding();
 
   int64_t window_size() const { return window_size_; }
 
  private:
   struct RingTables {
-    torch::Tensor cos, sin;  // [2w, d] float32 on the CPU
+    torch::Tensor cos, sin;  // [2w, d] float32, computed on the CPU
   };
-  RingTables MakeRingTables() const;
+  // On `device`.
+  RingTables MakeRingTables(const torch::Device& device) const;
 
-  // The CPU form of Step and Extend: q, k, v [C, T, lh, d], start [C]
-  // (int64, each sequence's first position), rings [C, lh, 2w, d].
+  // The ring loop's form of Step and Extend: q, k, v [C, T, lh, d], start
+  // [C] (int64, each sequence's first position), rings [C, lh, 2w, d].
   torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& start,
                               const torch::Tensor& ring_k, const torch::Tensor& ring_v) const;

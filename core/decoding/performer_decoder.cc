@@ -4,11 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/linear_weights.h"
+#include "core/attention/row_invariance.h"
 #include "core/decoding/token_ids.h"
 #include "core/models/model_weights.h"
 
 namespace performer::decoding {
-
 absl::StatusOr<std::unique_ptr<PerformerDecoder>> PerformerDecoder::Create(
     models::LoadedModel model, int64_t capacity, const PerformerDecoderOptions& options) {
   if (capacity < 1) return absl::InvalidArgumentError("decoder capacity must be at least 1");
@@ -118,9 +118,10 @@ torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& 
     options.context = encodings;
     options.context_mask = mask;
   }
-  if (device().is_cpu()) {
+  if (RowInvariantOn(device())) {
     // The prompt as a chunk from the empty state: the tokens get the bits
-    // that steps, or any other split into chunks, give them.
+    // that steps, or any other split into chunks, give them
+    // (core/attention/row_invariance.h).
     return decoder_->Extend(OnDevice(r.prompt), rows, 0);
   }
   torch::Tensor logits = decoder_->forward(OnDevice(r.prompt).unsqueeze(0), options);
@@ -130,7 +131,7 @@ torch::Tensor PerformerDecoder::PrefillSlot(int64_t slot, const PrefillRequest& 
 torch::Tensor PerformerDecoder::PrefillSlots(int64_t first,
                                              const std::vector<const PrefillRequest*>& requests) {
   const auto count = static_cast<int64_t>(requests.size());
-  if (info().needs_source || count == 1 || device().is_cpu()) {
+  if (info().needs_source || count == 1 || RowInvariantOn(device())) {
     return SlotPoolDecoder::PrefillSlots(first, requests);
   }
   const auto length = static_cast<int64_t>(requests.front()->prompt.size());

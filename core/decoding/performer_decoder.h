@@ -54,7 +54,9 @@ class PerformerDecoder : public SlotPoolDecoder {
  protected:
   absl::Status CheckSource(const PrefillRequest& request) const override;
   torch::Tensor PrefillSlot(int64_t slot, const PrefillRequest& request) override;
-  // A decoder-only model's prompts as one [n, length] forward.
+  // A decoder-only model's prompts as one [n, length] forward on CUDA (one
+  // Extend each where RowInvariantOn the device: core/attention/
+  // row_invariance.h).
   torch::Tensor PrefillSlots(int64_t first,
                              const std::vector<const PrefillRequest*>& requests) override;
   torch::Tensor ExtendSlot(int64_t slot, int64_t position, const torch::Tensor& tokens) override;

@@ -8,6 +8,7 @@
 #include "core/attention/causal_linear_attention.h"
 #include "core/attention/linear_attention.h"
 #include "core/attention/linear_rows.h"
+#include "core/attention/row_invariance.h"
 #include "core/models/initialization.h"
 #include "core/recurrent/linear_state.h"
 
@@ -15,6 +16,11 @@ namespace performer::models {
 namespace {
 
 double Ratio(int64_t nb_features) { return std::pow(static_cast<double>(nb_features), -0.5); }
+
+// Row-invariant CUDA (core/attention/row_invariance.h): there the FAVOR+
+// projection of every step and scan is formed in the state kernel (one chain
+// of operations per row), whatever favor_projection_in_step says.
+bool CudaRowInvariant(const torch::Tensor& t) { return t.is_cuda() && RowInvariantOn(t.device()); }
 
 }  // namespace
 
@@ -158,7 +164,8 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   torch::Tensor sums = state[kStateValueSum].view({flat, d + 1});
   const bool fused = FusedLinearStateStep(kv) && state_key_max.is_contiguous() &&
                      state[kStateValueSum].is_contiguous();
-  if (fused && project_in_step_ && kv.is_cuda() && scaled_projection_t_.defined()) {
+  if (fused && kv.is_cuda() && (project_in_step_ || CudaRowInvariant(kv)) &&
+      scaled_projection_t_.defined()) {
     // The projection too, in the state kernel's launch.
     torch::Tensor key_max = state_key_max.view({flat});
     return StepProjectedSoftmaxKernelState(kv, key_max, sums, qk.reshape({rows, 2, heads, d}),
@@ -191,8 +198,8 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
 }
 
 bool FastAttentionImpl::ProjectsRowInvariantly(const torch::Tensor& x) const {
-  return scaled_projection_.defined() && x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
-         scaled_projection_.scalar_type() == torch::kFloat;
+  return scaled_projection_.defined() && RowInvariantOn(x.device()) &&
+         x.scalar_type() == torch::kFloat && scaled_projection_.scalar_type() == torch::kFloat;
 }
 
 std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
@@ -200,7 +207,9 @@ std::pair<torch::Tensor, torch::Tensor> FastAttentionImpl::SoftmaxInputs(
   const int64_t d = x.size(-1);
   std::vector<int64_t> row_shape = x.sizes().vec();
   row_shape.pop_back();
-  if (!ProjectsRowInvariantly(x)) {
+  // On CUDA the row-invariant FAVOR+ projection is the state kernel's (Step,
+  // Scan); these tensor ops serve the other callers there.
+  if (!ProjectsRowInvariantly(x) || !x.device().is_cpu()) {
     torch::Tensor u = scaled_projection_t_.defined() ? torch::matmul(x, scaled_projection_t_)
                                                      : ProjectFeatures(x, projection_matrix_);
     return {u, SoftmaxKernelDiag(x).squeeze(-1)};
@@ -238,7 +247,8 @@ torch::Tensor FastAttentionImpl::RowFeatures(const torch::Tensor& x, bool is_que
 bool FastAttentionImpl::ScanSupported(torch::TensorList state) const {
   return config_.causal && !state.empty() && ScanLinearStateSupported(state[kStateKv]) &&
          (feature_map_.kind != FeatureKind::kSoftmax ||
-          (state[kStateKeyMax].is_contiguous() && state[kStateValueSum].is_contiguous()));
+          (state[kStateKeyMax].is_contiguous() && state[kStateValueSum].is_contiguous() &&
+           (state[kStateKv].device().is_cpu() || scaled_projection_t_.defined())));
 }
 
 torch::Tensor FastAttentionImpl::Scan(const torch::Tensor& qk, const torch::Tensor& v,
@@ -254,9 +264,16 @@ torch::Tensor FastAttentionImpl::Scan(const torch::Tensor& qk, const torch::Tens
     return ScanLinearState(kv, qf, kf, values, torch::Tensor(), 1.0, 0.0, kCausalDenominatorEps)
         .to(v.scalar_type());
   }
-  auto [u, diag] = SoftmaxInputs(qk);
   torch::Tensor key_max = state[kStateKeyMax].view({c * heads});
   torch::Tensor sums = state[kStateValueSum].view({c * heads, d + 1});
+  if (kv.is_cuda()) {
+    // Each token one launch of the step's kernel, its projection included.
+    return ScanProjectedSoftmaxKernelState(
+               kv, key_max, sums, qk.reshape({c, t, 2, heads, qk.size(-1)}), scaled_projection_t_,
+               values, kSoftmaxKernelEps, kCausalDenominatorEps)
+        .to(v.scalar_type());
+  }
+  auto [u, diag] = SoftmaxInputs(qk);
   return ScanSoftmaxKernelState(kv, key_max, sums, u.view({c, t, 2, heads, m}),
                                 diag.view({c, t, 2, heads}), values, kSoftmaxKernelEps,
                                 kCausalDenominatorEps)

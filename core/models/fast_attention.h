@@ -86,14 +86,15 @@ class FastAttentionImpl : public torch::nn::Module {
   torch::Tensor Step(const torch::Tensor& qk, const torch::Tensor& v,
                      torch::TensorList state) const;
 
-  // The CPU form of Extend, for C sequences of T tokens: qk [C, T, 2h, d]
-  // (query heads, then key heads), v [C, T, h, d], the state rows of the C
-  // sequences ([C, h, ...]) -> [C, T, h, d]. Each token runs exactly the
-  // operations of one Step() (kernels::FavorStateScan,
-  // kernels::LinearStateScanNormalized), softmax-kernel heads with each
-  // token's running key maximum, so a sequence's outputs and state are the
-  // same bits however its tokens are split between scans and steps. Only
-  // where ScanSupported(state).
+  // The step-by-step form of Extend (where RowInvariantOn the state's
+  // device), for C sequences of T tokens: qk [C, T,
+  // 2h, d] (query heads, then key heads), v [C, T, h, d], the state rows of
+  // the C sequences ([C, h, ...]) -> [C, T, h, d]. Each token runs exactly
+  // the operations of one Step() (kernels::FavorStateScan, on CUDA
+  // kernels::FavorProjectedStateScan; kernels::LinearStateScanNormalized),
+  // softmax-kernel heads with each token's running key maximum, so a
+  // sequence's outputs and state are the same bits however its tokens are
+  // split between scans and steps. Only where ScanSupported(state).
   torch::Tensor Scan(const torch::Tensor& qk, const torch::Tensor& v,
                      torch::TensorList state) const;
   bool ScanSupported(torch::TensorList state) const;
@@ -132,8 +133,9 @@ class FastAttentionImpl : public torch::nn::Module {
                                 const torch::Tensor& v, torch::TensorList from,
                                 torch::TensorList to) const;
   // Whether the rows x project through the skinny product of the prepared
-  // d^-1/4 P (LinearRows: a row's bits do not depend on the other rows): on
-  // the CPU, in float32, once PrepareForDecoding has run.
+  // d^-1/4 P (LinearRows: a row's bits do not depend on the other rows): in
+  // float32 where RowInvariantOn(x's device) (core/attention/
+  // row_invariance.h), once PrepareForDecoding has run.
   bool ProjectsRowInvariantly(const torch::Tensor& x) const;
   // u = (d^-1/4 x) P^T [.., m] and diag = |x|^2 / (2 sqrt(d)) [..] of the
   // rows x [.., d], each row by the same operations whatever the others (on

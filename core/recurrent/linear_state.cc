@@ -81,4 +81,13 @@ torch::Tensor ScanSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& k
                                  denominator_eps);
 }
 
+torch::Tensor ScanProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                              torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                              const torch::Tensor& projection_t,
+                                              const torch::Tensor& v, double kernel_eps,
+                                              double denominator_eps) {
+  return kernels::FavorProjectedStateScan(state_rows, key_max, sums, head_inputs, projection_t, v,
+                                          kernel_eps, denominator_eps);
+}
+
 }  // namespace performer

@@ -72,5 +72,12 @@ torch::Tensor ScanSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& k
                                      torch::Tensor& sums, const torch::Tensor& projections,
                                      const torch::Tensor& diag, const torch::Tensor& v,
                                      double kernel_eps, double denominator_eps);
+// StepProjectedSoftmaxKernelState over T tokens: head_inputs [C, T, 2, H,
+// Dh], projection_t [Dh, M], v [C, T, H, D] -> [C, T, H, D].
+torch::Tensor ScanProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::Tensor& key_max,
+                                              torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                              const torch::Tensor& projection_t,
+                                              const torch::Tensor& v, double kernel_eps,
+                                              double denominator_eps);
 
 }  // namespace performer

@@ -192,10 +192,21 @@ const char* LaunchRows(const FusedLinearArgs& a, cudaStream_t stream) {
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (err != cudaSuccess) return cudaGetErrorString(err);
   }
-  const dim3 grid(static_cast<unsigned>((a.out + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                  static_cast<unsigned>((a.rows + R - 1) / R));
-  kernel<<<grid, kThreads, static_cast<size_t>(bytes), stream>>>(a);
-  return LaunchError();
+  // grid.y is at most 65535 blocks: more rows go in slices of that many
+  // blocks (each row's chain of operations is the same in any slice).
+  constexpr int64_t kMaxRowsPerLaunch = int64_t{65535} * R;
+  for (int64_t first = 0; first < a.rows; first += kMaxRowsPerLaunch) {
+    FusedLinearArgs slice = a;
+    slice.rows = a.rows - first < kMaxRowsPerLaunch ? a.rows - first : kMaxRowsPerLaunch;
+    slice.x = a.x + first * a.in;
+    slice.y = a.y + first * a.out;
+    if (a.residual != nullptr) slice.residual = a.residual + first * a.out;
+    const dim3 grid(static_cast<unsigned>((a.out + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                    static_cast<unsigned>((slice.rows + R - 1) / R));
+    kernel<<<grid, kThreads, static_cast<size_t>(bytes), stream>>>(slice);
+    if (const char* error = LaunchError()) return error;
+  }
+  return nullptr;
 }
 
 // Rows of x per block: up to 8 (each weight row is read once per block, so

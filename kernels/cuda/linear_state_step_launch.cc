@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/linear_state_step_cuda.h"
 #include "kernels/cuda/torch_cuda.h"
+#include "kernels/cuda_row_invariance.h"
 #include "kernels/linear_state_step.h"
 
 namespace performer::kernels::cuda {
@@ -39,13 +40,16 @@ LinearStateStepArgs BaseArgs(torch::Tensor& state, const torch::Tensor& v,
   return a;
 }
 
-// Runs the kernel that GetCudaStepKernel() selects (kByShape: by the
-// number of rows, VectorStepPreferred; kClusterSplit where the device has
+// Runs the kernel that GetCudaStepKernel() selects (kRowBlocks under
+// CudaRowInvariance(); kByShape: by the number of rows,
+// VectorStepPreferred; kClusterSplit where the device has
 // clusters, the row blocks elsewhere); the vector kernel's split needs a
 // zeroed workspace, allocated here from LibTorch's caching allocator (inside
 // a CUDA graph capture too: the zeroing is a graph node).
 void Launch(const LinearStateStepArgs& a, const torch::Tensor& state, const char* op) {
-  const CudaStepKernel kernel = GetCudaStepKernel();
+  // One block per row whatever the batch under CudaRowInvariance().
+  const CudaStepKernel kernel =
+      CudaRowInvariance() ? CudaStepKernel::kRowBlocks : GetCudaStepKernel();
   if (kernel == CudaStepKernel::kClusterSplit) {
     if (ClusterStepSupported(state.device().index())) {
       CheckLaunch(LinearStateStepClusterForward(a, CurrentStream(state)), op);

@@ -189,6 +189,44 @@ TEST(FavorProjectedStateStepTest, BadShapesAreErrors) {
   EXPECT_NE(message(x, projection_t.t()).find("projection_t must be"), std::string::npos);
 }
 
+// The CPU scan of FavorProjectedStateStep is the reference: FavorStateScan on
+// the projections of its inputs (the CUDA scan is one projected step launch
+// per token: tests/kernels/cuda/linear_state_step_cuda_test.cc).
+TEST(FavorProjectedStateScanTest, EqualsTheScanOnItsProjections) {
+  torch::manual_seed(13);
+  const int64_t c = 2, tokens = 5, heads = 2, features = 16, dims = 4, d = 8;
+  torch::Tensor state = torch::rand({c * heads, features, dims + 1});
+  torch::Tensor sums = torch::rand({c * heads, dims + 1}), key_max = torch::randn({c * heads});
+  torch::Tensor expected_state = state.clone(), expected_sums = sums.clone();
+  torch::Tensor expected_max = key_max.clone();
+  const torch::Tensor projection_t = torch::randn({d, features}) * std::pow(8.0, -0.25);
+  const torch::Tensor x = torch::randn({c, tokens, 2, heads, d});
+  const torch::Tensor v = torch::randn({c, tokens, heads, dims});
+  const torch::Tensor u = torch::einsum("ctshi,if->ctshf", {x, projection_t});
+  const torch::Tensor diag = (x * x).sum(-1) / (2.0 * std::sqrt(static_cast<double>(d)));
+  const torch::Tensor expected =
+      FavorStateScan(expected_state, expected_max, expected_sums, u, diag, v, 1e-4, 1e-6);
+  const torch::Tensor out =
+      FavorProjectedStateScan(state, key_max, sums, x, projection_t, v, 1e-4, 1e-6);
+  ASSERT_EQ(out.sizes(), torch::IntArrayRef({c, tokens, heads, dims}));
+  EXPECT_TENSOR_CLOSE(out, expected, 1e-5, 1e-6);
+  EXPECT_TENSOR_CLOSE(state, expected_state, 1e-5, 1e-6);
+  EXPECT_TENSOR_CLOSE(sums, expected_sums, 0, 0);
+  EXPECT_TENSOR_CLOSE(key_max, expected_max, 1e-6, 1e-6);
+  auto message = [&](const torch::Tensor& inputs, const torch::Tensor& projection) {
+    try {
+      FavorProjectedStateScan(state, key_max, sums, inputs, projection, v, 1e-4, 1e-6);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(x.select(1, 0), projection_t).find("head_inputs must be (C, T, 2, H, D)"),
+            std::string::npos);
+  EXPECT_NE(message(x, projection_t.narrow(1, 0, 8)).find("projection_t must be [8, 16]"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace performer::kernels
 

@@ -47,6 +47,7 @@ TEST_F(ServerConfigTest, DefaultsAreValid) {
   EXPECT_EQ(config->liveness_stall, absl::Seconds(30));
   EXPECT_FALSE(config->security.tls_on());
   EXPECT_TRUE(config->repository.engine.prefix_cache.on_device);
+  EXPECT_FALSE(config->cuda_same_bits);
 }
 
 TEST_F(ServerConfigTest, FlagsReachTheirFields) {
@@ -60,6 +61,7 @@ TEST_F(ServerConfigTest, FlagsReachTheirFields) {
   Set("auth_tokens_file", "/tmp/tokens");
   Set("drain_timeout", "3s");
   Set("token_count_buckets", "1,2,4");
+  Set("cuda_same_bits", "true");
   const absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->repository.max_batch, 7);
@@ -72,6 +74,7 @@ TEST_F(ServerConfigTest, FlagsReachTheirFields) {
   EXPECT_EQ(config->security.auth_tokens_file, "/tmp/tokens");
   EXPECT_EQ(config->drain_timeout, absl::Seconds(3));
   EXPECT_EQ(config->metrics.buckets.token_counts, (std::vector<double>{1, 2, 4}));
+  EXPECT_TRUE(config->cuda_same_bits);
 }
 
 TEST_F(ServerConfigTest, PrefixCacheIntervalDefaultsToTheChunkSize) {

@@ -3,7 +3,9 @@
 // snapshot taken at any token) and whatever shares its batch: on the default
 // model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
 // generalized-kernel and projection-free PerformerLMs, and fast-transformers'
-// causal linear attention.
+// causal linear attention; and on a GPU under kernels::CudaRowInvariance()
+// (the Cuda cases, which skip without one), the PerformerLMs in float32 and
+// bfloat16.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,7 +16,9 @@
 
 #include "core/decoding/decoder_factory.h"
 #include "core/models/model_folder.h"
+#include "kernels/cuda_row_invariance.h"
 #include "tests/core/models/model_test_util.h"
+#include "tests/testing/cuda_device.h"
 #include "tests/testing/fixtures.h"
 
 namespace performer::decoding {
@@ -24,12 +28,15 @@ struct Case {
   std::string name;
   std::function<models::LoadedModel()> model;
   models::WeightDtype dtype = models::WeightDtype::kFloat32;
+  bool cuda = false;  // on the GPU, under kernels::CudaRowInvariance()
 };
 
 std::unique_ptr<SequenceDecoder> MakeDecoder(const Case& c, int64_t capacity) {
   models::DecodeStepOptions step;
   step.weight_dtype = c.dtype;
-  absl::StatusOr<std::unique_ptr<SequenceDecoder>> d = CreateDecoder(c.model(), capacity, step);
+  models::LoadedModel model = c.model();
+  if (c.cuda) model.MoveTo(torch::Device(torch::kCUDA));
+  absl::StatusOr<std::unique_ptr<SequenceDecoder>> d = CreateDecoder(model, capacity, step);
   EXPECT_TRUE(d.ok()) << d.status();
   return *std::move(d);
 }
@@ -82,10 +89,8 @@ void ExpectSameBits(const std::vector<torch::Tensor>& a, const std::vector<torch
   }
 }
 
-class SameBitsTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(SameBitsTest, ChunkingDoesNotChangeABit) {
-  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), 2);
+void ExpectChunkingChangesNoBit(const Case& c) {
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(c, 2);
   const std::vector<int64_t> prompt =
       Prompt(PromptLength(*decoder, 150), decoder->info().vocab_size, 1);
   const std::vector<torch::Tensor> whole = Feed(*decoder, prompt, prompt.size(), 6);
@@ -94,9 +99,9 @@ TEST_P(SameBitsTest, ChunkingDoesNotChangeABit) {
   }
 }
 
-TEST_P(SameBitsTest, BatchCompanionsDoNotChangeABit) {
+void ExpectBatchCompanionsChangeNoBit(const Case& c) {
   constexpr int kRows = 32;
-  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), kRows + 1);
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(c, kRows + 1);
   const int64_t vocab = decoder->info().vocab_size;
   std::vector<SequenceId> ids;
   std::vector<int64_t> next;
@@ -114,7 +119,7 @@ TEST_P(SameBitsTest, BatchCompanionsDoNotChangeABit) {
     together.push_back(logits->select(0, 7).clone());
     for (int r = 0; r < kRows; ++r) next[r] = (*logits)[r].argmax().item<int64_t>();
   }
-  std::unique_ptr<SequenceDecoder> alone = MakeDecoder(GetParam(), 1);
+  std::unique_ptr<SequenceDecoder> alone = MakeDecoder(c, 1);
   ExpectSameBits(
       Feed(*alone, Prompt(5 + 7, vocab, 7), 64, 4),
       [&] {
@@ -127,8 +132,8 @@ TEST_P(SameBitsTest, BatchCompanionsDoNotChangeABit) {
       "row 7 of 32 vs alone");
 }
 
-TEST_P(SameBitsTest, ARestoredStateAtAnyTokenContinuesBitForBit) {
-  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(GetParam(), 2);
+void ExpectARestoredStateToContinueBitForBit(const Case& c) {
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(c, 2);
   const std::vector<int64_t> prompt =
       Prompt(PromptLength(*decoder, 101), decoder->info().vocab_size, 3);
   const std::vector<torch::Tensor> cold = Feed(*decoder, prompt, prompt.size(), 4);
@@ -217,6 +222,45 @@ models::LoadedModel FastTransformersLinearLM() {
   return models::testing::RandomFastTransformersLM(config, 9);
 }
 
+class SameBitsTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SameBitsTest, ChunkingDoesNotChangeABit) { ExpectChunkingChangesNoBit(GetParam()); }
+TEST_P(SameBitsTest, BatchCompanionsDoNotChangeABit) {
+  ExpectBatchCompanionsChangeNoBit(GetParam());
+}
+TEST_P(SameBitsTest, ARestoredStateAtAnyTokenContinuesBitForBit) {
+  ExpectARestoredStateToContinueBitForBit(GetParam());
+}
+
+// The same on a GPU under kernels::CudaRowInvariance() (skips without one).
+class SameBitsCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { PERFORMER_REQUIRE_CUDA(); }
+
+  const kernels::ScopedCudaRowInvariance invariance_{true};
+};
+
+TEST_P(SameBitsCudaTest, ChunkingDoesNotChangeABit) { ExpectChunkingChangesNoBit(GetParam()); }
+TEST_P(SameBitsCudaTest, BatchCompanionsDoNotChangeABit) {
+  ExpectBatchCompanionsChangeNoBit(GetParam());
+}
+TEST_P(SameBitsCudaTest, ARestoredStateAtAnyTokenContinuesBitForBit) {
+  ExpectARestoredStateToContinueBitForBit(GetParam());
+}
+
+// kernels::CudaRowInvariance() is about CUDA kernels: the CPU's paths and
+// bits are the same with it on (a prompt in chunks, then steps).
+TEST(SameBitsCudaSwitchTest, LeavesTheCpuBitsAlone) {
+  const Case c{"default_model", DefaultModel};
+  std::unique_ptr<SequenceDecoder> decoder = MakeDecoder(c, 1);
+  const std::vector<int64_t> prompt = Prompt(90, decoder->info().vocab_size, 4);
+  const std::vector<torch::Tensor> off = Feed(*decoder, prompt, 32, 4);
+  const kernels::ScopedCudaRowInvariance invariant(true);
+  EXPECT_TRUE(kernels::CudaRowInvariance());
+  std::unique_ptr<SequenceDecoder> switched = MakeDecoder(c, 1);
+  ExpectSameBits(Feed(*switched, prompt, 32, 4), off, "with the CUDA switch on");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, SameBitsTest,
     ::testing::Values(Case{"default_model", DefaultModel}, Case{"favor_fp32", FavorLM},
@@ -227,6 +271,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"no_projection", NoProjectionLM},
                       Case{"fast_transformers_linear", FastTransformersLinearLM},
                       Case{"fast_transformers_favor", FastTransformersFavorLM}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, SameBitsCudaTest,
+    ::testing::Values(Case{"default_model", DefaultModel, models::WeightDtype::kFloat32, true},
+                      Case{"favor_fp32", FavorLM, models::WeightDtype::kFloat32, true},
+                      Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16, true},
+                      Case{"generalized_relu", [] { return GeneralizedLM(KernelFunction::kReLU); },
+                           models::WeightDtype::kFloat32, true},
+                      Case{"no_projection", NoProjectionLM, models::WeightDtype::kFloat32, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

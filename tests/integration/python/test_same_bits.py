@@ -14,6 +14,11 @@ the same prompt sent alone to a server without prefix cache:
 5. prefill chunks of 16, 64 and 512 tokens (one server each).
 
 And a 1,400-token prompt extended by 37 tokens reports 1,400 cached tokens.
+
+With PERFORMER_SAME_BITS_DEVICE=cuda (tools/gpu_check.sh on the GPU
+machine) every server runs with --device=cuda --cuda_same_bits, and the
+suite covers the two PerformerLMs (fast-transformers' models keep tensor
+ops on CUDA, which sum in another order for other batches and chunks).
 """
 
 import os
@@ -27,6 +32,8 @@ import harness
 from harness import pb
 
 CHUNKS = (16, 64, 512)
+DEVICE = os.environ.get("PERFORMER_SAME_BITS_DEVICE", "cpu")
+DEVICE_FLAGS = ("--device=cuda", "--cuda_same_bits") if DEVICE == "cuda" else ()
 
 
 def bench_binary():
@@ -43,13 +50,17 @@ def make_repository():
                     "--bench_dim=64", "--bench_depth=2", "--bench_heads=4",
                     "--bench_dim_head=16", "--bench_nb_features=32"],
                    check=True, capture_output=True, timeout=120)
+    models = {"default": (256, 2048), "favor": (256, 2048)}
+    if DEVICE == "cuda":
+        return repo, models
     ft = os.path.join(repo, "ft")
     os.makedirs(ft)
     src = os.path.join(harness.fixtures_root(), "fast_transformers_lm",
                        "ftlm_causal_linear_favor")
     for name in ("config.json", "weights.safetensors"):
         shutil.copyfile(os.path.join(src, name), os.path.join(ft, name))
-    return repo, {"default": (256, 2048), "favor": (256, 2048), "ft": (40, 64)}
+    models["ft"] = (40, 64)
+    return repo, models
 
 
 def tokens(length, vocab, salt):
@@ -66,7 +77,7 @@ class SameBitsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.repo, cls.models = make_repository()
         cls.servers = []
-        common = ("--max_batch=40", "--max_queue=64")
+        common = ("--max_batch=40", "--max_queue=64") + DEVICE_FLAGS
         cls.by_chunk = {}
         for chunk in CHUNKS:
             cls.by_chunk[chunk] = cls.start(common + ("--prefill_chunk_tokens=%d" % chunk,),

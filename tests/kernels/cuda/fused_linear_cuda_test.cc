@@ -2,13 +2,15 @@
 // combination of norm, GELU and residual, float32 and bfloat16 weights,
 // batches that take 1, 2, 4 and 8 rows per block and a ragged last block,
 // widths with and without 16-byte weight loads, and shared memory past the
-// default 48 KiB; and the tensor-core kernel for bfloat16 weights.
+// default 48 KiB; the tensor-core kernel for bfloat16 weights; and, under
+// kernels::CudaRowInvariance(), each row's bits whatever the number of rows.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <string>
 
+#include "kernels/cuda_row_invariance.h"
 #include "kernels/fused_linear.h"
 #include "tests/testing/cuda_device.h"
 
@@ -154,6 +156,40 @@ TEST(FusedLinearCudaRows, AboveTheThresholdCublasGivesTheSameResult) {
     EXPECT_TRUE(torch::allclose(own, cublas, 1e-4, 1e-4))
         << dtype << " max |diff| " << (own - cublas).abs().max().item<float>();
   }
+}
+
+// Under CudaRowInvariance() a row's output is the same bits alone, among a
+// few rows, and among more rows than the own kernel's default threshold
+// (where cuBLAS and tensor cores would run otherwise), in float32 and
+// bfloat16, with every epilogue.
+TEST(FusedLinearCudaRowInvariance, ARowHasTheSameBitsWhateverTheOtherRows) {
+  PERFORMER_REQUIRE_CUDA();
+  const ScopedCudaRowInvariance invariant(true);
+  SetCudaFusedLinearTensorCores(true);
+  torch::manual_seed(64);
+  constexpr int64_t kIn = 256, kOut = 320;
+  const torch::Tensor x = torch::randn({300, kIn}).cuda();
+  const torch::Tensor w = (torch::randn({kOut, kIn}) * 0.05).cuda();
+  const torch::Tensor bias = torch::randn({kOut}).cuda();
+  const torch::Tensor gamma = (1.0 + 0.1 * torch::randn({kIn})).cuda();
+  const torch::Tensor beta = (0.1 * torch::randn({kIn})).cuda();
+  const torch::Tensor residual = torch::randn({300, kOut}).cuda();
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor wd = w.to(dtype);
+    for (int mask = 0; mask < 8; ++mask) {
+      const FusedLinearOptions all = Options(mask, bias, gamma, beta, residual);
+      const torch::Tensor full = FusedLinear(x, wd, all);
+      for (int64_t rows : {1, 3, 8, 33, 100}) {
+        FusedLinearOptions some = all;
+        if (some.residual.defined()) some.residual = residual.narrow(0, 7, rows).contiguous();
+        const torch::Tensor part = FusedLinear(x.narrow(0, 7, rows).contiguous(), wd, some);
+        EXPECT_TRUE(torch::equal(part, full.narrow(0, 7, rows)))
+            << dtype << " mask " << mask << ": rows 7.." << 7 + rows
+            << " differ from the same rows among 300";
+      }
+    }
+  }
+  SetCudaFusedLinearTensorCores(false);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda_row_invariance.h"
 #include "kernels/linear_state_step.h"
 #include "tests/testing/cuda_device.h"
 
@@ -347,6 +348,144 @@ TEST_P(CudaStepKernelTest, OutOfRangeSlotGivesNanAndTouchesNoState) {
   EXPECT_EQ(host[0].sum().item<float>(), 12.0f);
   EXPECT_EQ(host[2].sum().item<float>(), 12.0f);
   EXPECT_EQ(host[1].sum().item<float>(), 24.0f);
+}
+
+// The scans on CUDA (kernels::CudaRowInvariance(): one row-block step launch
+// per token). For C = 3 sequences of H = 2 heads and 11 tokens, each scan
+// must give (a) the bits of the same tokens split 4 + 7 over two scans,
+// (b) for sequence 1, the bits of that sequence scanned alone (C = 1), and
+// (c) the CPU scan's values to float32 rounding.
+struct ScanCase {
+  const char* name;
+  // Runs the scan of tokens [begin, end) of sequences [first, first + count)
+  // on `device`, with states (and sums, key maxima) `pools` of those
+  // sequences updated in place; returns [count, end - begin, H, E] (or the
+  // state-major [count * H, end - begin, E + 1] of LinearStateScan).
+  std::function<torch::Tensor(std::vector<torch::Tensor>& pools, int64_t first, int64_t count,
+                              int64_t begin, int64_t end)>
+      scan;
+  std::function<std::vector<torch::Tensor>(int64_t count, torch::Device device)> pools;
+};
+
+constexpr int64_t kScanHeads = 2, kScanFeatures = 16, kScanDims = 8, kScanHeadDim = 12;
+constexpr int64_t kScanTokens = 11, kScanSequences = 3;
+
+std::vector<ScanCase> ScanCases() {
+  torch::manual_seed(71);
+  const int64_t c = kScanSequences, t = kScanTokens, h = kScanHeads, m = kScanFeatures;
+  const int64_t e = kScanDims, d = kScanHeadDim;
+  // Inputs on the CPU; each case moves what it reads to the pools' device.
+  const torch::Tensor q = torch::rand({c, t, h, m}) + 0.1, k = torch::rand({c, t, h, m}) + 0.1;
+  const torch::Tensor v = torch::randn({c, t, h, e});
+  const torch::Tensor u = torch::randn({c, t, 2, h, m}), diag = torch::rand({c, t, 2, h});
+  const torch::Tensor x = torch::randn({c, t, 2, h, d}) * 0.5;
+  const torch::Tensor projection_t = torch::randn({d, m}) * 0.3;
+  auto part = [](const torch::Tensor& in, int64_t first, int64_t count, int64_t begin, int64_t end,
+                 torch::Device device) {
+    return in.narrow(0, first, count).narrow(1, begin, end - begin).contiguous().to(device);
+  };
+  auto plain_pools = [](int64_t count, torch::Device device) {
+    return std::vector<torch::Tensor>{
+        torch::zeros({count * kScanHeads, kScanFeatures, kScanDims + 1},
+                     torch::TensorOptions().device(device)),
+        torch::zeros({count * kScanHeads, kScanDims + 1}, torch::TensorOptions().device(device))};
+  };
+  auto favor_pools = [](int64_t count, torch::Device device) {
+    const torch::TensorOptions o = torch::TensorOptions().device(device);
+    return std::vector<torch::Tensor>{
+        torch::zeros({count * kScanHeads, kScanFeatures, kScanDims + 1}, o),
+        torch::zeros({count * kScanHeads, kScanDims + 1}, o),
+        torch::full({count * kScanHeads}, -1e30, o)};
+  };
+  std::vector<ScanCase> cases;
+  cases.push_back({"LinearStateScan",
+                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+                       int64_t end) {
+                     const torch::Device dev = p[0].device();
+                     // State-major: sequence-head rows [count * H, T, *].
+                     auto rows = [&](const torch::Tensor& in) {
+                       return part(in, first, count, begin, end, dev)
+                           .transpose(1, 2)
+                           .reshape({count * kScanHeads, end - begin, in.size(-1)})
+                           .contiguous();
+                     };
+                     return LinearStateScan(p[0], rows(q), rows(k), rows(v));
+                   },
+                   plain_pools});
+  cases.push_back({"LinearStateScanNormalized",
+                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+                       int64_t end) {
+                     const torch::Device dev = p[0].device();
+                     return LinearStateScanNormalized(p[0], part(q, first, count, begin, end, dev),
+                                                      part(k, first, count, begin, end, dev),
+                                                      part(v, first, count, begin, end, dev), p[1],
+                                                      0.25, 0.01, 1e-6);
+                   },
+                   plain_pools});
+  cases.push_back({"FavorStateScan",
+                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+                       int64_t end) {
+                     const torch::Device dev = p[0].device();
+                     return FavorStateScan(p[0], p[2], p[1], part(u, first, count, begin, end, dev),
+                                           part(diag, first, count, begin, end, dev),
+                                           part(v, first, count, begin, end, dev), 1e-4, 1e-6);
+                   },
+                   favor_pools});
+  cases.push_back({"FavorProjectedStateScan",
+                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+                       int64_t end) {
+                     const torch::Device dev = p[0].device();
+                     return FavorProjectedStateScan(
+                         p[0], p[2], p[1], part(x, first, count, begin, end, dev),
+                         projection_t.to(dev), part(v, first, count, begin, end, dev), 1e-4, 1e-6);
+                   },
+                   favor_pools});
+  return cases;
+}
+
+TEST(LinearStateScanCudaTest, ScansRunOnCudaOnlyUnderRowInvariance) {
+  PERFORMER_REQUIRE_CUDA();
+  torch::Tensor state = torch::zeros({2, 4, 3}, torch::kCUDA);
+  {
+    const ScopedCudaRowInvariance invariant(false);
+    EXPECT_FALSE(LinearStateScanSupported(state));
+    EXPECT_THROW(
+        LinearStateScan(state, torch::ones({2, 1, 4}, torch::kCUDA),
+                        torch::ones({2, 1, 4}, torch::kCUDA), torch::ones({2, 1, 2}, torch::kCUDA)),
+        c10::Error);
+  }
+  const ScopedCudaRowInvariance invariant(true);
+  EXPECT_TRUE(LinearStateScanSupported(state));
+  EXPECT_FALSE(LinearStateScanSupported(state.transpose(1, 2)));
+}
+
+TEST(LinearStateScanCudaTest, AScanHasTheStepsBitsWhateverTheSplitAndTheOtherSequences) {
+  PERFORMER_REQUIRE_CUDA();
+  const ScopedCudaRowInvariance invariant(true);
+  const torch::Device gpu(torch::kCUDA), cpu(torch::kCPU);
+  for (const ScanCase& c : ScanCases()) {
+    SCOPED_TRACE(c.name);
+    std::vector<torch::Tensor> whole = c.pools(kScanSequences, gpu);
+    const torch::Tensor all = c.scan(whole, 0, kScanSequences, 0, kScanTokens).cpu();
+    // (a) 4 + 7 tokens.
+    std::vector<torch::Tensor> split = c.pools(kScanSequences, gpu);
+    const torch::Tensor head = c.scan(split, 0, kScanSequences, 0, 4).cpu();
+    const torch::Tensor tail = c.scan(split, 0, kScanSequences, 4, kScanTokens).cpu();
+    const bool state_major = std::string(c.name) == "LinearStateScan";
+    EXPECT_TRUE(torch::equal(torch::cat({head, tail}, 1), all)) << "the split's outputs differ";
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_TRUE(torch::equal(split[i].cpu(), whole[i].cpu())) << "pool " << i << " differs";
+    }
+    // (b) sequence 1 alone.
+    std::vector<torch::Tensor> alone = c.pools(1, gpu);
+    const torch::Tensor one = c.scan(alone, 1, 1, 0, kScanTokens).cpu();
+    const torch::Tensor same =
+        state_major ? all.narrow(0, kScanHeads, kScanHeads) : all.narrow(0, 1, 1);
+    EXPECT_TRUE(torch::equal(one, same)) << "sequence 1 alone differs from it among 3";
+    // (c) the CPU.
+    std::vector<torch::Tensor> host = c.pools(kScanSequences, cpu);
+    ExpectClose(all, c.scan(host, 0, kScanSequences, 0, kScanTokens), "out");
+  }
 }
 
 }  // namespace

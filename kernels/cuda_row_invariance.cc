@@ -1,0 +1,16 @@
+#include "kernels/cuda_row_invariance.h"
+
+#include <atomic>
+
+namespace performer::kernels {
+namespace {
+
+std::atomic<bool> cuda_row_invariance{false};
+
+}  // namespace
+
+void SetCudaRowInvariance(bool enabled) { cuda_row_invariance.store(enabled); }
+
+bool CudaRowInvariance() { return cuda_row_invariance.load(); }
+
+}  // namespace performer::kernels
