@@ -74,8 +74,9 @@ gtest_until_done() {
     excluded="$excluded:$crashed"
   done
 }
-# bin NAME: the built executable NAME (bench/ or the top level, by build).
-bin() { find build-gpu -name "$1" -type f -perm -u+x | head -1; }
+# bin NAME: the built executable NAME (bench/ or the top level, by build;
+# not the wrappers of build-gpu/wrapped).
+bin() { find build-gpu -path build-gpu/wrapped -prune -o -name "$1" -type f -perm -u+x -print | head -1; }
 # python_twice NAME [SERVER FLAGS...]: performer-serve --device=cuda on the
 # embedded model, and the Python client's same greedy request twice: the
 # second resumes from the state the first left in the prefix cache; their
@@ -222,7 +223,7 @@ if [ "$core" = ON ]; then
     python_twice python_device
     python_twice python_host --prefix_cache_on_device=false
   fi
-  if time_left 90 "the same bits through performer-serve --device=cuda --cuda_same_bits"; then
+  if time_left 240 "the same bits through performer-serve --device=cuda --cuda_same_bits"; then
     # The suite's Python must not get the sysroot's libraries; the programs
     # it starts (performer-serve, serve_bench beside it) need them.
     for program in server/performer-serve bench/serve_bench; do
@@ -234,7 +235,7 @@ if [ "$core" = ON ]; then
     step same_bits_serve env -u LD_LIBRARY_PATH PERFORMER_SAME_BITS_DEVICE=cuda \
       PERFORMER_SERVE="$root/build-gpu/wrapped/server/performer-serve" \
       PYTHONPATH=build-gpu/python:tests/integration/python \
-      timeout 300 python3 tests/integration/python/run_suite.py test_same_bits
+      timeout 240 python3 tests/integration/python/run_suite.py test_same_bits
     tail -5 "$logs/same_bits_serve.log"
   fi
   if $all && time_left 60 "unit tests of the CUDA paths"; then
