@@ -13,4 +13,9 @@ void SetCudaRowInvariance(bool enabled) { cuda_row_invariance.store(enabled); }
 
 bool CudaRowInvariance() { return cuda_row_invariance.load(); }
 
+bool RowInvariantOn(const c10::Device& device) {
+  return device.is_cpu() ||
+         (PERFORMER_CUDA_KERNELS != 0 && device.is_cuda() && CudaRowInvariance());
+}
+
 }  // namespace performer::kernels

@@ -14,17 +14,24 @@
 //     per token (a prompt of T tokens costs T launches per layer instead of
 //     one chunkwise prefill);
 //   * kernels::WindowedRingAttention runs on CUDA.
-// Models read it to route prompts through those (core/models). Off by
+// Models read it through core/attention/row_invariance.h. Off by
 // default: the GPU then keeps its fastest kernel for each shape, and only
 // rows of one call are independent of each other (docs/gpu.md).
 // Process-wide, read at every call; set it before models are loaded, since
 // CUDA graphs capture the kernels chosen when they are recorded.
 #pragma once
 
+#include <c10/core/Device.h>
+
 namespace performer::kernels {
 
 void SetCudaRowInvariance(bool enabled);
 bool CudaRowInvariance();
+
+// Whether the kernels compute each row the same way whatever the other rows
+// on `device`: always on the CPU; on CUDA under CudaRowInvariance() when this
+// build compiled kernels/cuda.
+bool RowInvariantOn(const c10::Device& device);
 
 // Sets it for its lifetime, then restores the setting before (tests and
 // benchmarks that compare the two).

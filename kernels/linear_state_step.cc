@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/linear_state_step_cpu.h"
@@ -103,6 +104,15 @@ torch::Tensor FavorCpu(torch::Tensor& state, torch::Tensor& key_max, torch::Tens
                               static_cast<float>(ratio * ratio * kernel_eps),
                               static_cast<float>(denominator_eps * ratio)};
   return cpu::FavorStateStepForward(state, F32(v), norm, favor, slots, layout);
+}
+
+// The CPU reference of the projected FAVOR+ step and scan: u = x P^T and
+// diag = |x|^2 / (2 sqrt(D)) of head_inputs x [..., D] and projection_t (D, M).
+std::pair<torch::Tensor, torch::Tensor> FavorProjections(const torch::Tensor& head_inputs,
+                                                         const torch::Tensor& projection_t) {
+  const torch::Tensor x = F32(head_inputs);
+  const double dims = static_cast<double>(head_inputs.size(-1));
+  return {torch::matmul(x, F32(projection_t)), x.square().sum(-1) * (0.5 / std::sqrt(dims))};
 }
 
 }  // namespace
@@ -217,9 +227,7 @@ torch::Tensor FavorProjectedStateStep(torch::Tensor& state, torch::Tensor& key_m
                                              kernel_eps, denominator_eps, slots);
   }
 #endif
-  const torch::Tensor x = F32(head_inputs);
-  const torch::Tensor u = torch::matmul(x, F32(projection_t));
-  const torch::Tensor diag = x.square().sum(-1) * (0.5 / std::sqrt(static_cast<double>(dims)));
+  const auto [u, diag] = FavorProjections(head_inputs, projection_t);
   return FavorCpu(state, key_max, sums, u, diag, v, head_inputs.size(2), kernel_eps,
                   denominator_eps, SlotPointer(slots), {});
 }
@@ -229,8 +237,7 @@ bool LinearStateScanSupported(const torch::Tensor& state) {
       !state.is_contiguous()) {
     return false;
   }
-  if (state.device().is_cpu()) return true;
-  return PERFORMER_CUDA_KERNELS != 0 && state.is_cuda() && CudaRowInvariance();
+  return RowInvariantOn(state.device());
 }
 
 namespace {
@@ -379,9 +386,7 @@ torch::Tensor FavorProjectedStateScan(torch::Tensor& state, torch::Tensor& key_m
     });
   }
   // The reference, as FavorProjectedStateStep's on the CPU.
-  const torch::Tensor x = F32(head_inputs);
-  const torch::Tensor u = torch::matmul(x, F32(projection_t));
-  const torch::Tensor diag = x.square().sum(-1) * (0.5 / std::sqrt(static_cast<double>(dims)));
+  const auto [u, diag] = FavorProjections(head_inputs, projection_t);
   return FavorStateScan(state, key_max, sums, u, diag, v, kernel_eps, denominator_eps);
 }
 

@@ -22,8 +22,7 @@ bool WindowedRingAttentionSupported(const torch::Tensor& ring_k, const torch::Te
   if (!ContiguousFloat(ring_k) || !ContiguousFloat(ring_v) || ring_k.device() != ring_v.device()) {
     return false;
   }
-  if (ring_k.device().is_cpu()) return true;
-  return PERFORMER_CUDA_KERNELS != 0 && ring_k.is_cuda() && CudaRowInvariance();
+  return RowInvariantOn(ring_k.device());
 }
 
 torch::Tensor WindowedRingAttention(const torch::Tensor& q, const torch::Tensor& k,

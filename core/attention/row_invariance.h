@@ -5,13 +5,15 @@
 // kernels::CudaRowInvariance() (kernels/cuda_row_invariance.h: the server's
 // --cuda_same_bits), which a program sets before it loads models. Where it
 // holds, models feed a prompt through the decode step's operations
-// (PerformerLM::Extend), token by token in each attention layer.
+// (PerformerLM::Extend), token by token in each attention layer. The
+// library's handle on kernels::RowInvariantOn, for the layers that may not
+// include kernels/.
 #pragma once
 
-#include <torch/types.h>
+#include "kernels/cuda_row_invariance.h"
 
 namespace performer {
 
-bool RowInvariantOn(const torch::Device& device);
+using kernels::RowInvariantOn;
 
 }  // namespace performer

@@ -17,11 +17,6 @@ namespace {
 
 double Ratio(int64_t nb_features) { return std::pow(static_cast<double>(nb_features), -0.5); }
 
-// Row-invariant CUDA (core/attention/row_invariance.h): there the FAVOR+
-// projection of every step and scan is formed in the state kernel (one chain
-// of operations per row), whatever favor_projection_in_step says.
-bool CudaRowInvariant(const torch::Tensor& t) { return t.is_cuda() && RowInvariantOn(t.device()); }
-
 }  // namespace
 
 FastAttentionImpl::FastAttentionImpl(const FastAttentionConfig& config)
@@ -164,9 +159,11 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
   torch::Tensor sums = state[kStateValueSum].view({flat, d + 1});
   const bool fused = FusedLinearStateStep(kv) && state_key_max.is_contiguous() &&
                      state[kStateValueSum].is_contiguous();
-  if (fused && kv.is_cuda() && (project_in_step_ || CudaRowInvariant(kv)) &&
+  // The projection too, in the state kernel's launch: where asked, and on
+  // row-invariant CUDA (core/attention/row_invariance.h), where every step
+  // and scan forms it there (one chain of operations per row).
+  if (fused && kv.is_cuda() && (project_in_step_ || RowInvariantOn(kv.device())) &&
       scaled_projection_t_.defined()) {
-    // The projection too, in the state kernel's launch.
     torch::Tensor key_max = state_key_max.view({flat});
     return StepProjectedSoftmaxKernelState(kv, key_max, sums, qk.reshape({rows, 2, heads, d}),
                                            scaled_projection_t_, v_flat, kSoftmaxKernelEps,

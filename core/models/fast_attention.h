@@ -87,10 +87,10 @@ class FastAttentionImpl : public torch::nn::Module {
                      torch::TensorList state) const;
 
   // The step-by-step form of Extend (where RowInvariantOn the state's
-  // device), for C sequences of T tokens: qk [C, T,
-  // 2h, d] (query heads, then key heads), v [C, T, h, d], the state rows of
-  // the C sequences ([C, h, ...]) -> [C, T, h, d]. Each token runs exactly
-  // the operations of one Step() (kernels::FavorStateScan, on CUDA
+  // device), for C sequences of T tokens: qk [C, T, 2h, d] (query heads,
+  // then key heads), v [C, T, h, d], the state rows of the C sequences
+  // ([C, h, ...]) -> [C, T, h, d]. Each token runs exactly the operations
+  // of one Step() (kernels::FavorStateScan, on CUDA
   // kernels::FavorProjectedStateScan; kernels::LinearStateScanNormalized),
   // softmax-kernel heads with each token's running key maximum, so a
   // sequence's outputs and state are the same bits however its tokens are
