@@ -256,16 +256,6 @@ void CheckScanTensor(const char* op, const char* name, const torch::Tensor& t,
               state.device(), "), got ", t.device());
 }
 
-// A scan on CUDA: one step per token, `step(t)` returning token t's rows,
-// stacked along `dim` (the token axis of the scan's output).
-template <typename Step>
-torch::Tensor ScanBySteps(int64_t tokens, int64_t dim, Step step) {
-  std::vector<torch::Tensor> outs;
-  outs.reserve(static_cast<size_t>(tokens));
-  for (int64_t t = 0; t < tokens; ++t) outs.push_back(step(t));
-  return torch::stack(outs, dim);
-}
-
 // Token-major rows [C, T, H] of C*H states.
 cpu::ScanLayout TokenMajor(int64_t tokens, int64_t heads) {
   return {tokens, heads, /*token_stride=*/heads, /*head_stride=*/1};
@@ -282,11 +272,9 @@ torch::Tensor LinearStateScan(torch::Tensor& state, const torch::Tensor& q, cons
   CheckScanTensor("LinearStateScan", "k", k, {states, tokens, m}, state);
   CheckScanTensor("LinearStateScan", "v", v, {states, tokens, e}, state);
   if (tokens == 0) return torch::empty({states, 0, e + 1}, state.options());
-  if (state.is_cuda()) {
-    return ScanBySteps(tokens, 1, [&](int64_t t) {
-      return LinearStateStep(state, q.select(1, t), k.select(1, t), v.select(1, t));
-    });
-  }
+#if PERFORMER_CUDA_KERNELS
+  if (state.is_cuda()) return cuda::LinearStateScanCuda(state, q, k, v);
+#endif
   const cpu::ScanLayout layout{tokens, /*heads=*/1, /*token_stride=*/1, /*head_stride=*/0};
   return cpu::LinearStateStepForward(state, F32(q), F32(k), F32(v), torch::Tensor(), nullptr,
                                      nullptr, layout)
@@ -312,16 +300,11 @@ torch::Tensor LinearStateScanNormalized(torch::Tensor& state, const torch::Tenso
                 "LinearStateScanNormalized: sums must be contiguous float32");
   }
   if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+#if PERFORMER_CUDA_KERNELS
   if (state.is_cuda()) {
-    auto rows = [&](const torch::Tensor& x, int64_t t) {
-      return x.select(1, t).reshape({c * heads, x.size(-1)});
-    };
-    return ScanBySteps(tokens, 1, [&](int64_t t) {
-      return LinearStateStepNormalized(state, rows(q, t), rows(k, t), rows(v, t), torch::Tensor(),
-                                       sums, scale, offset, eps)
-          .view({c, heads, e});
-    });
+    return cuda::LinearStateScanNormalizedCuda(state, q, k, v, sums, scale, offset, eps);
   }
+#endif
   cpu::StepNormalization norm{sums.defined() ? sums.data_ptr<float>() : nullptr,
                               static_cast<float>(scale), static_cast<float>(offset),
                               static_cast<float>(eps)};
@@ -350,13 +333,12 @@ torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch
                 "FavorStateScan: key_max and sums must be contiguous float32");
   }
   if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+#if PERFORMER_CUDA_KERNELS
   if (state.is_cuda()) {
-    return ScanBySteps(tokens, 1, [&](int64_t t) {
-      return FavorStateStep(state, key_max, sums, projections.select(1, t), diag.select(1, t),
-                            v.select(1, t).reshape({c * heads, e}), kernel_eps, denominator_eps)
-          .view({c, heads, e});
-    });
+    return cuda::FavorStateScanCuda(state, key_max, sums, projections, diag, v, kernel_eps,
+                                    denominator_eps);
   }
+#endif
   return FavorCpu(state, key_max, sums, projections, diag, v, heads, kernel_eps, denominator_eps,
                   nullptr, TokenMajor(tokens, heads))
       .view({c, tokens, heads, e});
@@ -374,17 +356,19 @@ torch::Tensor FavorProjectedStateScan(torch::Tensor& state, torch::Tensor& key_m
   const int64_t dims = head_inputs.size(4), m = state.size(1), e = state.size(2) - 1;
   TORCH_CHECK(state.size(0) == c * heads, "FavorProjectedStateScan: ", state.size(0),
               " states for ", c, " sequences of ", heads, " heads");
+  CheckScanTensor("FavorProjectedStateScan", "head_inputs", head_inputs,
+                  {c, tokens, 2, heads, dims}, state);
   CheckScanTensor("FavorProjectedStateScan", "projection_t", projection_t, {dims, m}, state);
   CheckScanTensor("FavorProjectedStateScan", "v", v, {c, tokens, heads, e}, state);
+  CheckScanTensor("FavorProjectedStateScan", "key_max", key_max, {c * heads}, state);
+  CheckScanTensor("FavorProjectedStateScan", "sums", sums, {c * heads, e + 1}, state);
   if (tokens == 0) return torch::empty({c, 0, heads, e}, state.options());
+#if PERFORMER_CUDA_KERNELS
   if (state.is_cuda()) {
-    return ScanBySteps(tokens, 1, [&](int64_t t) {
-      return FavorProjectedStateStep(state, key_max, sums, head_inputs.select(1, t), projection_t,
-                                     v.select(1, t).reshape({c * heads, e}), kernel_eps,
-                                     denominator_eps)
-          .view({c, heads, e});
-    });
+    return cuda::FavorProjectedStateScanCuda(state, key_max, sums, head_inputs, projection_t, v,
+                                             kernel_eps, denominator_eps);
   }
+#endif
   // The reference, as FavorProjectedStateStep's on the CPU.
   const auto [u, diag] = FavorProjections(head_inputs, projection_t);
   return FavorStateScan(state, key_max, sums, u, diag, v, kernel_eps, denominator_eps);

@@ -86,10 +86,11 @@ torch::Tensor FavorProjectedStateStep(torch::Tensor& state, torch::Tensor& key_m
 // token's result does not depend on how many tokens or states share the
 // call. On the CPU the threads split the states, never a state's tokens. On
 // CUDA, only under kernels::CudaRowInvariance() (kernels/
-// cuda_row_invariance.h), a scan is one step launch per token, each the
-// step's row-block kernel (LinearStateScanSupported says which). A long
-// prompt's scan is slower than the chunkwise kernels/causal_linear_prefill.h,
-// which sums in another order.
+// cuda_row_invariance.h), a scan is one launch: a block per state walks
+// the tokens in order, each token the body of the step's row-block kernel,
+// with the state in shared memory when it fits (LinearStateScanSupported
+// says where scans run). A long prompt's scan is slower than the chunkwise
+// kernels/causal_linear_prefill.h, which sums in another order.
 //
 // State-major, unnormalised (fast-transformers' RecurrentLinearAttention):
 // state (S, M, E + 1), q, k (S, T, M), v (S, T, E) -> (S, T, E + 1).
@@ -110,10 +111,10 @@ torch::Tensor FavorStateScan(torch::Tensor& state, torch::Tensor& key_max, torch
                              const torch::Tensor& v, double kernel_eps, double denominator_eps);
 // FavorProjectedStateStep over T tokens: state (C*H, M, E + 1), key_max
 // (C*H), sums (C*H, E + 1), head_inputs (C, T, 2, H, D), projection_t
-// (D, M), v (C, T, H, E) -> (C, T, H, E). On CUDA each token is one
-// FavorProjectedStateStep launch (the steps' bits); on the CPU the
-// reference, as FavorProjectedStateStep's (u by one matrix product over all
-// tokens, then FavorStateScan).
+// (D, M), v (C, T, H, E) -> (C, T, H, E). On CUDA each token's projection
+// is formed in the scan's launch as in FavorProjectedStateStep's (the
+// steps' bits); on the CPU the reference, as FavorProjectedStateStep's (u by
+// one matrix product over all tokens, then FavorStateScan).
 torch::Tensor FavorProjectedStateScan(torch::Tensor& state, torch::Tensor& key_max,
                                       torch::Tensor& sums, const torch::Tensor& head_inputs,
                                       const torch::Tensor& projection_t, const torch::Tensor& v,

@@ -141,8 +141,8 @@ ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per 
 ABSL_FLAG(bool, cuda_same_bits, false,
           "With --device=cuda: every kernel computes a row the same way whatever the batch, and "
           "prompts run token by token, so that a request's logits are the same bits however it "
-          "is fed (prompt chunks, prefix cache, sessions, batch), as on the CPU always; prompts "
-          "then cost one launch per token and layer (docs/serving.md).");
+          "is fed (prompt chunks, prefix cache, sessions, batch), as on the CPU always; a "
+          "prompt's attention then runs token by token in each layer (docs/serving.md).");
 ABSL_FLAG(int32_t, grpc_max_threads, 0, "Cap on gRPC's threads (0 = gRPC's default).");
 ABSL_FLAG(int32_t, keepalive_time_ms, 60000, "Server keepalive ping interval.");
 ABSL_FLAG(int32_t, keepalive_timeout_ms, 20000, "Keepalive ping ack timeout.");

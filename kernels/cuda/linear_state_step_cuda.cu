@@ -29,20 +29,71 @@ __device__ float WarpMax(float x) {
 constexpr int kNewKeyMax = 5;
 constexpr int kLastBlock = 6;
 
+// One row's inputs and output at one token. The step kernels and the scan
+// kernel locate them differently; everything they compute from them is the
+// same code, so the bits depend only on the values.
+struct RowView {
+  const float* q;       // (M) without FAVOR+ features
+  const float* k;       // (M) without FAVOR+ features
+  const float* decay;   // one float, or null (= 1)
+  const float* u_q;     // FAVOR+ projections (M), with projections
+  const float* u_k;     // (M)
+  const float* diag_q;  // one float each, with projections
+  const float* diag_k;
+  const float* x_q;  // head inputs (D), with head_inputs
+  const float* x_k;
+  const float* v;  // (E)
+  float* out;      // (E + 1), or (E) when normalising
+};
+
+// Row r = b * heads + h of sequence b's token t in a layout of `tokens`
+// tokens: plain inputs [B, T, H, *] at row (b T + t) H + h, FAVOR+ inputs
+// [B, T, 2, H, *] at query (b T + t) 2 H + h and key + H. A step is the
+// layout of one token (T = 1, t = 0), whose plain rows are r itself.
+__device__ RowView RowAt(const LinearStateStepArgs& a, int64_t r, int64_t heads, int64_t tokens,
+                         int64_t t) {
+  const int64_t m = a.features, e = a.columns - 1;
+  const int64_t b = r / heads, h = r % heads;
+  const int64_t row = (b * tokens + t) * heads + h;
+  const int64_t query = (b * tokens + t) * 2 * heads + h, key = query + heads;
+  RowView view{};
+  view.q = a.q != nullptr ? a.q + row * m : nullptr;
+  view.k = a.k != nullptr ? a.k + row * m : nullptr;
+  view.decay = a.decay != nullptr ? a.decay + row : nullptr;
+  if (a.projections != nullptr) {
+    view.u_q = a.projections + query * m;
+    view.u_k = a.projections + key * m;
+    view.diag_q = a.diag + query;
+    view.diag_k = a.diag + key;
+  }
+  if (a.head_inputs != nullptr) {
+    view.x_q = a.head_inputs + query * a.head_dim;
+    view.x_k = a.head_inputs + key * a.head_dim;
+  }
+  view.v = a.v + row * e;
+  view.out = a.out + row * (a.normalize ? e : e + 1);
+  return view;
+}
+
+// Row r of a step call (FAVOR+ inputs [B, 2, H, *], the rest [R, *]).
+__device__ RowView StepRow(const LinearStateStepArgs& a, int64_t r) {
+  return RowAt(a, r, FavorFeaturesInStep(a) ? a.heads : 1, 1, 0);
+}
+
 // u = x . projection_t of the row's query and key (x staged in x_s, 2 D
 // floats) into q_s and k_s; thread t forms features t, t + T, ...: the loads
 // of projection_t are coalesced across the block and every row of the batch
 // reads the same D x M floats (from L2). Each u[f] sums over i in order.
 // Also returns |x_q|^2 and |x_k|^2 to lane 0 of warp 0. Ends with a barrier.
-__device__ void ProjectHeadInputs(const LinearStateStepArgs& a, int64_t query_index,
-                                  int64_t key_index, float* q_s, float* k_s, float* x_s,
-                                  float* query_squares, float* key_squares) {
+__device__ void ProjectHeadInputs(const LinearStateStepArgs& a, const RowView& row, float* q_s,
+                                  float* k_s, float* x_s, float* query_squares,
+                                  float* key_squares) {
   const int m = static_cast<int>(a.features);
   const int d = static_cast<int>(a.head_dim);
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
-  const float* xq = a.head_inputs + query_index * d;
-  const float* xk = a.head_inputs + key_index * d;
+  const float* xq = row.x_q;
+  const float* xk = row.x_k;
   for (int i = tid; i < 2 * d; i += threads) x_s[i] = i < d ? xq[i] : xk[i - d];
   __syncthreads();
   for (int f = tid; f < m; f += threads) {
@@ -75,21 +126,18 @@ __device__ void ProjectHeadInputs(const LinearStateStepArgs& a, int64_t query_in
 // (and, for FAVOR+, scalars[kNewKeyMax]; the caller writes it back to
 // key_max once no block of the row still reads the old value) and
 // scalars[kQuerySum] when normalising. Ends with a barrier.
-__device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t slot, float* q_s,
-                              float* k_s, float* x_s, float* scalars) {
+__device__ void StageFeatures(const LinearStateStepArgs& a, const RowView& row, int64_t slot,
+                              float* q_s, float* k_s, float* x_s, float* scalars) {
   const int m = static_cast<int>(a.features);
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
   if (FavorFeaturesInStep(a)) {
-    const int64_t b = r / a.heads, h = r % a.heads;
-    const int64_t query_index = (b * 2) * a.heads + h;
-    const int64_t key_index = (b * 2 + 1) * a.heads + h;
     float query_squares = 0.0f, key_squares = 0.0f;  // lane 0 of warp 0
     if (a.head_inputs != nullptr) {
-      ProjectHeadInputs(a, query_index, key_index, q_s, k_s, x_s, &query_squares, &key_squares);
+      ProjectHeadInputs(a, row, q_s, k_s, x_s, &query_squares, &key_squares);
     } else {
-      const float* uq = a.projections + query_index * m;
-      const float* uk = a.projections + key_index * m;
+      const float* uq = row.u_q;
+      const float* uk = row.u_k;
       for (int f = tid; f < m; f += threads) {
         q_s[f] = uq[f];
         k_s[f] = uk[f];
@@ -106,8 +154,8 @@ __device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t s
       k_max = WarpMax(k_max);
       if (tid == 0) {
         const bool projected = a.head_inputs != nullptr;
-        const float query_diag = projected ? query_squares * a.diag_scale : a.diag[query_index];
-        const float key_diag = projected ? key_squares * a.diag_scale : a.diag[key_index];
+        const float query_diag = projected ? __fmul_rn(query_squares, a.diag_scale) : *row.diag_q;
+        const float key_diag = projected ? __fmul_rn(key_squares, a.diag_scale) : *row.diag_k;
         const float old_max = a.key_max[slot];
         const float new_max = fmaxf(old_max, k_max);
         scalars[kNewKeyMax] = new_max;
@@ -124,10 +172,10 @@ __device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t s
     }
   } else {
     for (int f = tid; f < m; f += threads) {
-      q_s[f] = a.q[r * m + f];
-      k_s[f] = a.k[r * m + f];
+      q_s[f] = row.q[f];
+      k_s[f] = row.k[f];
     }
-    if (tid == 0) scalars[kDecay] = a.decay != nullptr ? a.decay[r] : 1.0f;
+    if (tid == 0) scalars[kDecay] = row.decay != nullptr ? *row.decay : 1.0f;
   }
   __syncthreads();
   if (a.normalize && tid < 32) {
@@ -139,37 +187,39 @@ __device__ void StageFeatures(const LinearStateStepArgs& a, int64_t r, int64_t s
   __syncthreads();
 }
 
-// Writes row r's output from its column sums acc_s = q . S (E + 1), with
-// the normalisation and the running sums when a.normalize.
-__device__ void WriteOutput(const LinearStateStepArgs& a, int64_t r, int64_t slot,
+// Writes the row's output from its column sums acc_s = q . S (E + 1), with
+// the normalisation and the running sums when a.normalize. Products and
+// sums are spelled out (_rn intrinsics are never contracted), so every
+// kernel that inlines this rounds alike.
+__device__ void WriteOutput(const LinearStateStepArgs& a, const RowView& row, int64_t slot,
                             const float* acc_s, float* scalars) {
   const int c = static_cast<int>(a.columns);
   const int e = c - 1;
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
-  const float* v = a.v + r * e;
+  const float* v = row.v;
   if (!a.normalize) {
-    for (int j = tid; j < c; j += threads) a.out[r * c + j] = acc_s[j];
+    for (int j = tid; j < c; j += threads) row.out[j] = acc_s[j];
     return;
   }
   float* sums = a.sums != nullptr ? a.sums + slot * c : nullptr;
   const float q_sum = scalars[kQuerySum];
   if (tid == 0) {
     // Read sums[E] before any thread updates it (barrier below).
-    float n = a.scale * acc_s[e];
-    if (sums != nullptr) n += a.offset * q_sum * (sums[e] + 1.0f);
-    scalars[kDenominator] = n + a.eps * q_sum;
+    float n = __fmul_rn(a.scale, acc_s[e]);
+    if (sums != nullptr) n = __fmaf_rn(__fmul_rn(a.offset, q_sum), __fadd_rn(sums[e], 1.0f), n);
+    scalars[kDenominator] = __fmaf_rn(a.eps, q_sum, n);
   }
   __syncthreads();
   const float denominator = scalars[kDenominator];
   for (int j = tid; j < c; j += threads) {
-    float n = a.scale * acc_s[j];
+    float n = __fmul_rn(a.scale, acc_s[j]);
     if (sums != nullptr) {
-      const float s = sums[j] + (j < e ? v[j] : 1.0f);
+      const float s = __fadd_rn(sums[j], j < e ? v[j] : 1.0f);
       sums[j] = s;
-      n += a.offset * q_sum * s;
+      n = __fmaf_rn(__fmul_rn(a.offset, q_sum), s, n);
     }
-    if (j < e) a.out[r * e + j] = n / denominator;
+    if (j < e) row.out[j] = __fdiv_rn(n, denominator);
   }
 }
 
@@ -182,7 +232,8 @@ __device__ void WriteOutput(const LinearStateStepArgs& a, int64_t r, int64_t slo
 // Wider states take the columns threads at a time (G = 1). Each state
 // element is read and written once; loads are batched kUnroll deep so that
 // each thread keeps several in flight. partial: blockDim.x floats. Ends with
-// a barrier.
+// a barrier. The arithmetic is spelled out as WriteOutput's. `state` may be
+// global or shared memory.
 __device__ void UpdateFeatures(float* state, const float* v, int f_begin, int f_end, int c,
                                float decay, const float* q_s, const float* k_s, float* partial,
                                float* acc_s) {
@@ -209,15 +260,15 @@ __device__ void UpdateFeatures(float* state, const float* v, int f_begin, int f_
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int fu = f + u * groups;
-          x[u] = x[u] * decay + k_s[fu] * vj;
+          x[u] = __fmaf_rn(k_s[fu], vj, __fmul_rn(x[u], decay));
           s[u * stride] = x[u];
-          acc += q_s[fu] * x[u];
+          acc = __fmaf_rn(q_s[fu], x[u], acc);
         }
       }
       for (; f < f_end; f += groups, s += stride) {
-        const float updated = *s * decay + k_s[f] * vj;
+        const float updated = __fmaf_rn(k_s[f], vj, __fmul_rn(*s, decay));
         *s = updated;
-        acc += q_s[f] * updated;
+        acc = __fmaf_rn(q_s[f], updated, acc);
       }
     }
     partial[tid] = acc;
@@ -235,9 +286,49 @@ __device__ void UpdateFeatures(float* state, const float* v, int f_begin, int f_
   }
 }
 
+// The row-block kernels' shared memory, in floats (RowBlockSharedFloats):
+// q (M) | k (M) | acc (E + 1) | partial (blockDim.x) | scalars | x (2 D,
+// with head_inputs), from `base`.
+struct RowBlockShared {
+  float* q_s;
+  float* k_s;
+  float* acc_s;
+  float* partial;
+  float* scalars;
+  float* x_s;
+};
+
+__device__ RowBlockShared SliceRowBlockShared(const LinearStateStepArgs& a, float* base) {
+  RowBlockShared sh{};
+  sh.q_s = base;
+  sh.k_s = sh.q_s + a.features;
+  sh.acc_s = sh.k_s + a.features;
+  sh.partial = sh.acc_s + a.columns;
+  sh.scalars = sh.partial + blockDim.x;
+  sh.x_s = sh.scalars + kScalars;
+  return sh;
+}
+
+// One row's step by the whole block: features, the update and read-out of
+// every feature of `state` (the row's M x (E + 1) state, in global or shared
+// memory), output. The row-block kernel runs it once, the scan kernel once
+// per token: one body, so a scan has the steps' bits. Ends after
+// WriteOutput; the caller puts a barrier before the block's next use of the
+// shared memory.
+__device__ void StepRowBlock(const LinearStateStepArgs& a, const RowView& row, int64_t slot,
+                             float* state, const RowBlockShared& sh) {
+  const int m = static_cast<int>(a.features);
+  const int c = static_cast<int>(a.columns);
+  // 1. The q and k features of the row, staged in shared memory.
+  StageFeatures(a, row, slot, sh.q_s, sh.k_s, sh.x_s, sh.scalars);
+  if (FavorFeaturesInStep(a) && threadIdx.x == 0) a.key_max[slot] = sh.scalars[kNewKeyMax];
+  // 2. Update and read-out of every feature.
+  UpdateFeatures(state, row.v, 0, m, c, sh.scalars[kDecay], sh.q_s, sh.k_s, sh.partial, sh.acc_s);
+  // 3. Output.
+  WriteOutput(a, row, slot, sh.acc_s, sh.scalars);
+}
+
 // Block r steps row r (see the header); blocks are one-dimensional.
-// Shared memory, in floats (RowBlockSharedFloats): q (M) | k (M) | acc
-// (E + 1) | partial (blockDim.x) | scalars | x (2 D, with head_inputs).
 // 56 registers: four blocks per SM (50% occupancy). Forcing six (40
 // registers, a few spilled) is slower on sm_90.
 __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
@@ -245,12 +336,6 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
   const int m = static_cast<int>(a.features);
   const int c = static_cast<int>(a.columns);
   const int e = c - 1;
-  float* q_s = shared;
-  float* k_s = q_s + m;
-  float* acc_s = k_s + m;
-  float* partial = acc_s + c;
-  float* scalars = partial + blockDim.x;
-  float* x_s = scalars + kScalars;
   const int64_t r = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
@@ -261,17 +346,39 @@ __global__ void LinearStateStepKernel(LinearStateStepArgs a) {
     for (int j = tid; j < out_columns; j += threads) a.out[r * out_columns + j] = CUDART_NAN_F;
     return;
   }
-  float* state = a.state + slot * static_cast<int64_t>(m) * c;
+  StepRowBlock(a, StepRow(a, r), slot, a.state + slot * static_cast<int64_t>(m) * c,
+               SliceRowBlockShared(a, shared));
+}
 
-  // 1. The q and k features of the row, staged in shared memory.
-  StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
-  if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
-
-  // 2. Update and read-out of every feature.
-  UpdateFeatures(state, a.v + r * e, 0, m, c, scalars[kDecay], q_s, k_s, partial, acc_s);
-
-  // 3. Output.
-  WriteOutput(a, r, slot, acc_s, scalars);
+// Block r scans state r through the tokens in order (LinearStateScanForward),
+// each token by StepRowBlock. With `staged`, the row's state is read into
+// shared memory before the first token and written back after the last,
+// ahead of the row-block floats (M (E + 1) more): each token then updates it
+// there, with the same arithmetic on the same values.
+__global__ void LinearStateScanKernel(LinearStateScanArgs s, bool staged) {
+  extern __shared__ float shared[];
+  const LinearStateStepArgs& a = s.step;
+  const int64_t elements = a.features * a.columns;
+  const int64_t r = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  float* global_state = a.state + r * elements;
+  float* state = global_state;
+  const RowBlockShared sh = SliceRowBlockShared(a, staged ? shared + elements : shared);
+  if (staged) {
+    for (int64_t i = tid; i < elements; i += threads) shared[i] = global_state[i];
+    state = shared;
+    __syncthreads();
+  }
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    StepRowBlock(a, RowAt(a, r, s.heads, s.tokens, t), r, state, sh);
+    // The next token restages q, k and the scalars, and thread 0 reads the
+    // running sums other threads wrote.
+    __syncthreads();
+  }
+  if (staged) {
+    for (int64_t i = tid; i < elements; i += threads) global_state[i] = shared[i];
+  }
 }
 
 // The cluster kernel (CudaStepKernel::kClusterSplit, sm_90): the
@@ -314,10 +421,11 @@ __global__ void __cluster_dims__(kStepClusterSize, 1, 1)
     return;
   }
   float* state = a.state + slot * static_cast<int64_t>(m) * c;
-  StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
+  const RowView row = StepRow(a, r);
+  StageFeatures(a, row, slot, q_s, k_s, x_s, scalars);
   const int share = (m + kStepClusterSize - 1) / kStepClusterSize;
   const int f_begin = min(m, rank * share), f_end = min(m, f_begin + share);
-  UpdateFeatures(state, a.v + r * e, f_begin, f_end, c, scalars[kDecay], q_s, k_s, partial, acc_s);
+  UpdateFeatures(state, row.v, f_begin, f_end, c, scalars[kDecay], q_s, k_s, partial, acc_s);
   // Every block's column sums are complete and every block has read the old
   // key maximum.
   cluster.sync();
@@ -334,7 +442,7 @@ __global__ void __cluster_dims__(kStepClusterSize, 1, 1)
   cluster.sync();
   if (rank != 0) return;
   if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
-  WriteOutput(a, r, slot, acc_s, scalars);
+  WriteOutput(a, row, slot, acc_s, scalars);
 #else
   __trap();  // launched only on sm_90 and later (LinearStateStepClusterForward)
 #endif
@@ -381,11 +489,12 @@ __global__ void __launch_bounds__(kVectorStepMaxThreads)
   }
   const int64_t elements = static_cast<int64_t>(m) * c;
   float4* state = reinterpret_cast<float4*>(a.state + slot * elements);
-  const float* v = a.v + r * e;
+  const RowView row = StepRow(a, r);
+  const float* v = row.v;
 
   // 1. Features (every split computes them: 2 M values, and with
   // head_inputs their projection, against its share of the M x C state).
-  StageFeatures(a, r, slot, q_s, k_s, x_s, scalars);
+  StageFeatures(a, row, slot, q_s, k_s, x_s, scalars);
   const float decay = scalars[kDecay];
 
   // 2. Update and read-out. Lane u of thread t is flat offset 4 t + u of
@@ -457,7 +566,7 @@ __global__ void __launch_bounds__(kVectorStepMaxThreads)
   }
   // Every split has read key_max[slot] by now (its ticket came after).
   if (FavorFeaturesInStep(a) && tid == 0) a.key_max[slot] = scalars[kNewKeyMax];
-  WriteOutput(a, r, slot, acc_s, scalars);
+  WriteOutput(a, row, slot, acc_s, scalars);
 }
 
 const char* CheckArgs(const LinearStateStepArgs& args) {
@@ -507,6 +616,41 @@ const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream
   LinearStateStepKernel<<<static_cast<unsigned>(args.rows), kThreadsPerBlock,
                           sizeof(float) * static_cast<size_t>(shared_floats),
                           static_cast<cudaStream_t>(stream)>>>(args);
+  return LaunchError();
+}
+
+const char* LinearStateScanForward(const LinearStateScanArgs& args, int device, void* stream) {
+  const LinearStateStepArgs& a = args.step;
+  if (const char* error = CheckArgs(a)) return error;
+  if (a.slots != nullptr || a.pool != a.rows) return "a scan steps every state, without slots";
+  if (args.tokens < 0 || args.heads < 1 || a.rows % args.heads != 0) {
+    return "a scan needs T >= 0 and rows a multiple of H >= 1";
+  }
+  if (FavorFeaturesInStep(a) && a.heads != args.heads) return "the FAVOR+ heads differ from H";
+  if (a.rows == 0 || args.tokens == 0) return nullptr;
+  const int64_t row_floats = RowBlockSharedFloats(a);
+  if (row_floats > kMaxStateStepSharedFloats) return "2 M + E (+ 2 D) too large for shared memory";
+  int most_bytes = 0;
+  if (cudaDeviceGetAttribute(&most_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+      cudaSuccess) {
+    cudaGetLastError();  // clear it: the state then stays in global memory
+    most_bytes = 0;
+  }
+  const int64_t staged_floats = row_floats + a.features * a.columns;
+  const bool staged = static_cast<int64_t>(sizeof(float)) * staged_floats <= most_bytes;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(staged ? staged_floats : row_floats);
+  if (staged) {
+    // The device's limit, the same value from every caller, so that calls
+    // from other threads cannot lower it under this launch.
+    const cudaError_t err = cudaFuncSetAttribute(
+        LinearStateScanKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most_bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return cudaGetErrorString(err);
+    }
+  }
+  LinearStateScanKernel<<<static_cast<unsigned>(a.rows), kThreadsPerBlock, bytes,
+                          static_cast<cudaStream_t>(stream)>>>(args, staged);
   return LaunchError();
 }
 

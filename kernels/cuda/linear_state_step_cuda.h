@@ -87,6 +87,25 @@ constexpr int64_t kMaxStateStepSharedFloats = 11 * 1024;
 
 const char* LinearStateStepForward(const LinearStateStepArgs& args, void* stream);
 
+// A scan of kernels/linear_state_step.h on CUDA: every state (rows = pool,
+// no slots) through `tokens` tokens in order, in one launch, one block per
+// state. The pointers of `step` cover every token: plain inputs and the
+// output [C, T, H, *] (state r = b H + h, H = heads; LinearStateScan's
+// state-major layout is H = 1), FAVOR+ inputs [C, T, 2, H, *] (step.heads
+// must equal heads). Each token is StepRowBlock, the body of
+// LinearStateStepForward, so a scan and T row-block steps give the same
+// bits whatever T and the number of states. The block keeps its state in
+// shared memory from the first token to the last when M (E + 1) floats and
+// the row-block floats fit in the device's opt-in shared memory per block
+// (device: the CUDA device of the state), and in global memory otherwise.
+struct LinearStateScanArgs {
+  LinearStateStepArgs step;
+  int64_t tokens;
+  int64_t heads;
+};
+
+const char* LinearStateScanForward(const LinearStateScanArgs& args, int device, void* stream);
+
 // The same step by the vector kernel (CudaStepKernel::kVectorSplit, layout
 // in kernels/cuda/linear_state_step_plan.h): 16-byte state vectors, per-lane
 // column sums in registers, and a row split over several blocks for small

@@ -31,4 +31,23 @@ torch::Tensor FavorProjectedStateStepCuda(torch::Tensor& state, torch::Tensor& k
                                           double kernel_eps, double denominator_eps,
                                           const torch::Tensor& slots);
 
+// The scans of kernels/linear_state_step.h (shapes there, checked by it):
+// one LinearStateScanForward launch each, every state through every token.
+torch::Tensor LinearStateScanCuda(torch::Tensor& state, const torch::Tensor& q,
+                                  const torch::Tensor& k, const torch::Tensor& v);
+
+torch::Tensor LinearStateScanNormalizedCuda(torch::Tensor& state, const torch::Tensor& q,
+                                            const torch::Tensor& k, const torch::Tensor& v,
+                                            torch::Tensor& sums, double scale, double offset,
+                                            double eps);
+
+torch::Tensor FavorStateScanCuda(torch::Tensor& state, torch::Tensor& key_max, torch::Tensor& sums,
+                                 const torch::Tensor& projections, const torch::Tensor& diag,
+                                 const torch::Tensor& v, double kernel_eps, double denominator_eps);
+
+torch::Tensor FavorProjectedStateScanCuda(torch::Tensor& state, torch::Tensor& key_max,
+                                          torch::Tensor& sums, const torch::Tensor& head_inputs,
+                                          const torch::Tensor& projection_t, const torch::Tensor& v,
+                                          double kernel_eps, double denominator_eps);
+
 }  // namespace performer::kernels::cuda

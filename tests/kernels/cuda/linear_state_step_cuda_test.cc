@@ -350,11 +350,12 @@ TEST_P(CudaStepKernelTest, OutOfRangeSlotGivesNanAndTouchesNoState) {
   EXPECT_EQ(host[1].sum().item<float>(), 24.0f);
 }
 
-// The scans on CUDA (kernels::CudaRowInvariance(): one row-block step launch
-// per token). For C = 3 sequences of H = 2 heads and 11 tokens, each scan
-// must give (a) the bits of the same tokens split 4 + 7 over two scans,
-// (b) for sequence 1, the bits of that sequence scanned alone (C = 1), and
-// (c) the CPU scan's values to float32 rounding.
+// The scans on CUDA (kernels::CudaRowInvariance(): one launch, each token
+// the row-block step's body). For C = 3 sequences of H = 2 heads and 11
+// tokens, each scan must give (a) the bits of the same tokens split 4 + 7
+// over two scans, (b) for sequence 1, the bits of that sequence scanned
+// alone (C = 1), (c) the bits of the step op called once per token, and
+// (d) the CPU scan's values to float32 rounding.
 struct ScanCase {
   const char* name;
   // Runs the scan of tokens [begin, end) of sequences [first, first + count)
@@ -365,6 +366,9 @@ struct ScanCase {
                               int64_t begin, int64_t end)>
       scan;
   std::function<std::vector<torch::Tensor>(int64_t count, torch::Device device)> pools;
+  // The same tokens of every sequence by the step op, one call per token;
+  // returns what `scan` returns.
+  std::function<torch::Tensor(std::vector<torch::Tensor>& pools)> steps;
 };
 
 constexpr int64_t kScanHeads = 2, kScanFeatures = 16, kScanDims = 8, kScanHeadDim = 12;
@@ -411,17 +415,42 @@ std::vector<ScanCase> ScanCases() {
                      };
                      return LinearStateScan(p[0], rows(q), rows(k), rows(v));
                    },
-                   plain_pools});
-  cases.push_back({"LinearStateScanNormalized",
-                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
-                       int64_t end) {
+                   plain_pools,
+                   [=](std::vector<torch::Tensor>& p) {
                      const torch::Device dev = p[0].device();
-                     return LinearStateScanNormalized(p[0], part(q, first, count, begin, end, dev),
-                                                      part(k, first, count, begin, end, dev),
-                                                      part(v, first, count, begin, end, dev), p[1],
-                                                      0.25, 0.01, 1e-6);
-                   },
-                   plain_pools});
+                     // Token t of every sequence-head row: [C * H, *].
+                     auto rows = [&](const torch::Tensor& in, int64_t t) {
+                       return in.select(1, t).reshape({c * h, in.size(-1)}).contiguous().to(dev);
+                     };
+                     std::vector<torch::Tensor> outs;
+                     for (int64_t i = 0; i < t; ++i) {
+                       outs.push_back(LinearStateStep(p[0], rows(q, i), rows(k, i), rows(v, i)));
+                     }
+                     return torch::stack(outs, 1);
+                   }});
+  cases.push_back(
+      {"LinearStateScanNormalized",
+       [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+           int64_t end) {
+         const torch::Device dev = p[0].device();
+         return LinearStateScanNormalized(
+             p[0], part(q, first, count, begin, end, dev), part(k, first, count, begin, end, dev),
+             part(v, first, count, begin, end, dev), p[1], 0.25, 0.01, 1e-6);
+       },
+       plain_pools,
+       [=](std::vector<torch::Tensor>& p) {
+         const torch::Device dev = p[0].device();
+         auto rows = [&](const torch::Tensor& in, int64_t t) {
+           return in.select(1, t).reshape({c * h, in.size(-1)}).contiguous().to(dev);
+         };
+         std::vector<torch::Tensor> outs;
+         for (int64_t i = 0; i < t; ++i) {
+           outs.push_back(LinearStateStepNormalized(p[0], rows(q, i), rows(k, i), rows(v, i), {},
+                                                    p[1], 0.25, 0.01, 1e-6)
+                              .view({c, h, e}));
+         }
+         return torch::stack(outs, 1);
+       }});
   cases.push_back({"FavorStateScan",
                    [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
                        int64_t end) {
@@ -430,16 +459,42 @@ std::vector<ScanCase> ScanCases() {
                                            part(diag, first, count, begin, end, dev),
                                            part(v, first, count, begin, end, dev), 1e-4, 1e-6);
                    },
-                   favor_pools});
-  cases.push_back({"FavorProjectedStateScan",
-                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
-                       int64_t end) {
+                   favor_pools,
+                   [=](std::vector<torch::Tensor>& p) {
                      const torch::Device dev = p[0].device();
-                     return FavorProjectedStateScan(
-                         p[0], p[2], p[1], part(x, first, count, begin, end, dev),
-                         projection_t.to(dev), part(v, first, count, begin, end, dev), 1e-4, 1e-6);
-                   },
-                   favor_pools});
+                     std::vector<torch::Tensor> outs;
+                     for (int64_t i = 0; i < t; ++i) {
+                       outs.push_back(
+                           FavorStateStep(p[0], p[2], p[1], u.select(1, i).contiguous().to(dev),
+                                          diag.select(1, i).contiguous().to(dev),
+                                          v.select(1, i).reshape({c * h, e}).contiguous().to(dev),
+                                          1e-4, 1e-6)
+                               .view({c, h, e}));
+                     }
+                     return torch::stack(outs, 1);
+                   }});
+  cases.push_back(
+      {"FavorProjectedStateScan",
+       [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+           int64_t end) {
+         const torch::Device dev = p[0].device();
+         return FavorProjectedStateScan(p[0], p[2], p[1], part(x, first, count, begin, end, dev),
+                                        projection_t.to(dev),
+                                        part(v, first, count, begin, end, dev), 1e-4, 1e-6);
+       },
+       favor_pools,
+       [=](std::vector<torch::Tensor>& p) {
+         const torch::Device dev = p[0].device();
+         std::vector<torch::Tensor> outs;
+         for (int64_t i = 0; i < t; ++i) {
+           outs.push_back(FavorProjectedStateStep(
+                              p[0], p[2], p[1], x.select(1, i).contiguous().to(dev),
+                              projection_t.to(dev),
+                              v.select(1, i).reshape({c * h, e}).contiguous().to(dev), 1e-4, 1e-6)
+                              .view({c, h, e}));
+         }
+         return torch::stack(outs, 1);
+       }});
   return cases;
 }
 
@@ -482,10 +537,51 @@ TEST(LinearStateScanCudaTest, AScanHasTheStepsBitsWhateverTheSplitAndTheOtherSeq
     const torch::Tensor same =
         state_major ? all.narrow(0, kScanHeads, kScanHeads) : all.narrow(0, 1, 1);
     EXPECT_TRUE(torch::equal(one, same)) << "sequence 1 alone differs from it among 3";
-    // (c) the CPU.
+    // (c) the step op, token by token.
+    std::vector<torch::Tensor> stepped = c.pools(kScanSequences, gpu);
+    EXPECT_TRUE(torch::equal(c.steps(stepped).cpu(), all)) << "the steps' outputs differ";
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_TRUE(torch::equal(stepped[i].cpu(), whole[i].cpu())) << "pool " << i << " differs";
+    }
+    // (d) the CPU.
     std::vector<torch::Tensor> host = c.pools(kScanSequences, cpu);
     ExpectClose(all, c.scan(host, 0, kScanSequences, 0, kScanTokens), "out");
   }
+}
+
+// A state of M (E + 1) = 1,024 x 65 floats (260 KiB) does not fit in a
+// block's shared memory, so the scan keeps it in global memory: still the
+// steps' bits, and the CPU's values.
+TEST(LinearStateScanCudaTest, AStateTooLargeForSharedMemoryHasTheStepsBits) {
+  PERFORMER_REQUIRE_CUDA();
+  const ScopedCudaRowInvariance invariant(true);
+  torch::manual_seed(73);
+  constexpr int64_t kStates = 2, kTokens = 3, kFeatures = 1024, kDims = 64;
+  const torch::TensorOptions gpu = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor q = (torch::rand({1, kTokens, kStates, kFeatures}) + 0.1).to(torch::kCUDA);
+  const torch::Tensor k = (torch::rand({1, kTokens, kStates, kFeatures}) + 0.1).to(torch::kCUDA);
+  const torch::Tensor v = torch::randn({1, kTokens, kStates, kDims}).to(torch::kCUDA);
+  auto fresh = [&] {
+    return std::vector<torch::Tensor>{torch::zeros({kStates, kFeatures, kDims + 1}, gpu),
+                                      torch::zeros({kStates, kDims + 1}, gpu)};
+  };
+  std::vector<torch::Tensor> scanned = fresh(), stepped = fresh();
+  const torch::Tensor all =
+      LinearStateScanNormalized(scanned[0], q, k, v, scanned[1], 0.25, 0.01, 1e-6).cpu();
+  std::vector<torch::Tensor> outs;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    outs.push_back(LinearStateStepNormalized(stepped[0], q[0][t].contiguous(), k[0][t].contiguous(),
+                                             v[0][t].contiguous(), {}, stepped[1], 0.25, 0.01,
+                                             1e-6));
+  }
+  EXPECT_TRUE(torch::equal(torch::stack(outs, 0).unsqueeze(0).cpu(), all));
+  EXPECT_TRUE(torch::equal(stepped[0].cpu(), scanned[0].cpu()));
+  torch::Tensor host_state = torch::zeros({kStates, kFeatures, kDims + 1});
+  torch::Tensor host_sums = torch::zeros({kStates, kDims + 1});
+  ExpectClose(
+      all,
+      LinearStateScanNormalized(host_state, q.cpu(), k.cpu(), v.cpu(), host_sums, 0.25, 0.01, 1e-6),
+      "out");
 }
 
 }  // namespace
