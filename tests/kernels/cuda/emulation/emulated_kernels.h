@@ -1,0 +1,11 @@
+// Declarations of the emulated kernels (tests/kernels/cuda/emulation):
+// kernels/cuda's headers in namespace performer::kernels::cuda_emulated, the
+// name emulate_cuda_source.py gives the kernels' namespace. Include it after
+// every other header, so that none of these headers was included before
+// under its own name.
+#pragma once
+
+#define cuda cuda_emulated
+#include "kernels/cuda/linear_state_step_cuda.h"
+#include "kernels/cuda/windowed_ring_attention_cuda.h"
+#undef cuda
