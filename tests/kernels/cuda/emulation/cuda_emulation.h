@@ -16,9 +16,9 @@
 // 132 SMs, compute capability 8.0 (no clusters).
 //
 // What it does not model: timing, occupancy, the memory model beyond the
-// barriers, and the device's rounding: expf, erff and rsqrtf are the host's.
-// Not provided: 16-bit floats, tensor cores (nvcuda::wmma) and clusters,
-// so the kernels that use them are not emulated. A kernel's bits under
+// barriers, and the device's rounding: expf, erff and rsqrtf are the host's,
+// and a tensor-core product (include/mma.h) sums in float32 in k order.
+// Thread-block clusters are not emulated. A kernel's bits under
 // emulation are not the GPU's; what tests compare bit for bit under
 // emulation is two paths of the same kernels (a scan against its steps, a
 // row among others), which share their arithmetic on either.
@@ -309,3 +309,66 @@ inline float max(float a, float b) { return std::fmax(a, b); }
 
 #define CUDART_INF_F (__builtin_huge_valf())
 #define CUDART_NAN_F (__builtin_nanf(""))
+
+// ---- 16-bit floats ------------------------------------------------------------
+
+struct __nv_bfloat16 {
+  __nv_bfloat16() = default;
+  uint16_t bits;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t x = __float_as_uint(f);
+  __nv_bfloat16 b;
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    b.bits = static_cast<uint16_t>((x >> 16) | 0x40);  // a quiet NaN
+    return b;
+  }
+  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
+  b.bits = static_cast<uint16_t>(x >> 16);
+  return b;
+}
+inline float __bfloat162float(__nv_bfloat16 b) {
+  return __uint_as_float(static_cast<uint32_t>(b.bits) << 16);
+}
+
+struct __half {
+  __half() = default;
+  uint16_t bits;
+};
+// IEEE binary16, round to nearest, ties to even (subnormals included).
+inline __half __float2half_rn(float f) {
+  const uint32_t x = __float_as_uint(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t magnitude = x & 0x7fffffffu;
+  __half h;
+  if (magnitude > 0x7f800000u) {
+    h.bits = static_cast<uint16_t>(sign | 0x7e00u);  // a quiet NaN
+    return h;
+  }
+  if (magnitude >= 0x477ff000u) {  // rounds past 65504: infinity
+    h.bits = static_cast<uint16_t>(sign | 0x7c00u);
+    return h;
+  }
+  if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal half (or zero)
+    // The value in units of 2^-24, rounded to nearest even.
+    const float units = __uint_as_float(magnitude) * 16777216.0f;
+    h.bits = static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(units)));
+    return h;
+  }
+  // Normal: rebias the exponent (127 -> 15) and round 13 mantissa bits off.
+  uint32_t r = magnitude - 0x38000000u;
+  r += 0x0fffu + ((r >> 13) & 1u);
+  h.bits = static_cast<uint16_t>(sign | (r >> 13));
+  return h;
+}
+inline float __half2float(__half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
+  const uint32_t exponent = (h.bits >> 10) & 0x1fu;
+  const uint32_t mantissa = h.bits & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
+    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return sign != 0 ? -value : value;
+  }
+  if (exponent == 31) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+  return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}

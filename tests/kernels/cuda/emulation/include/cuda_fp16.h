@@ -1,0 +1,2 @@
+#pragma once
+#include "tests/kernels/cuda/emulation/cuda_emulation.h"
