@@ -48,7 +48,7 @@ run_asan() {
   # positive of the instrumented optimiser; the normal build keeps the
   # warning as an error.
   configure "$dir" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1 -Wno-maybe-uninitialized"
-  local targets=(performer_unit_tests performer_server_tests)
+  local targets=(performer_unit_tests performer_server_tests performer_cuda_emulation_tests)
   if [ "${SANITIZE_INTEGRATION:-1}" = 1 ]; then
     targets+=(performer-serve performer-client performer-train performer-init-model
               performer_integration_python_stubs)

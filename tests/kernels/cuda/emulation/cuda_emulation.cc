@@ -1,73 +1,52 @@
 #include "tests/kernels/cuda/emulation/cuda_emulation.h"
 
-#include <chrono>
-#include <condition_variable>
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace performer::cuda_emulation {
 namespace {
 
-// A barrier whose participants may leave (a thread that returns from the
-// kernel). A wait that lasts a minute means some thread never reaches the
-// barrier (a barrier in divergent code): the process aborts saying so.
-class Barrier {
- public:
-  void Reset(int participants) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    expected_ = participants;
-    arrived_ = 0;
-  }
-  void ArriveAndWait(const char* what) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_;
-    if (++arrived_ >= expected_) {
-      Release();
-      return;
-    }
-    if (!released_.wait_for(lock, std::chrono::seconds(60),
-                            [&] { return generation_ != generation; })) {
-      std::fprintf(stderr, "cuda emulation: %s waited 60 s: a thread never reached it\n", what);
-      std::abort();
-    }
-  }
-  void Leave() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --expected_;
-    if (arrived_ > 0 && arrived_ >= expected_) Release();
-  }
+// A fiber's stack. Kernels keep little on theirs; address sanitizer's
+// frames are larger.
+constexpr size_t kStackBytes = size_t{128} * 1024;
 
- private:
-  void Release() {
-    arrived_ = 0;
-    ++generation_;
-    released_.notify_all();
-  }
-  std::mutex mutex_;
-  std::condition_variable released_;
-  int expected_ = 0;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
+enum class Wait { kNone, kBlock, kWarp, kCluster, kDone };
+
+struct Fiber {
+  ucontext_t context;
+  char* stack;
+  ThreadContext thread;
+  int rank;  // its block's rank in the cluster
+  int warp;  // within its block
+  Wait wait;
+  void* fake_stack;  // address sanitizer's, across switches
 };
 
-struct Warp {
-  Barrier barrier;
-  uint64_t lanes[32] = {};
+// What the fibers of the running blocks share.
+struct Round {
+  std::vector<Fiber> fibers;
+  std::vector<unsigned char*> bases;  // shared memory by rank
+  int threads = 0;                    // per block
+  int warps = 0;                      // per block
+  std::vector<uint64_t> lanes;        // warp exchange slots: (rank, warp, lane)
+  const std::function<void()>* body = nullptr;
+  ucontext_t scheduler;
+  const void* scheduler_stack = nullptr;
+  size_t scheduler_stack_bytes = 0;
 };
 
-// What the threads of the running block share.
-struct Block {
-  Barrier barrier;
-  std::vector<std::unique_ptr<Warp>> warps;
-};
-
-thread_local ThreadContext current{};
-thread_local Block* current_block = nullptr;
+thread_local Round* round_now = nullptr;
+thread_local Fiber* fiber_now = nullptr;
 thread_local cudaError_t last_error = cudaSuccess;
 
 std::mutex limits_mutex;
@@ -76,7 +55,130 @@ std::map<const void*, int>& Limits() {
   return limits;
 }
 
-Warp& CurrentWarp() { return *current_block->warps[static_cast<size_t>(current.linear / 32)]; }
+// Address sanitizer follows the switches between stacks (without it,
+// nothing).
+void StartSwitch(void** fake_stack, const void* bottom, size_t bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_stack, bottom, bytes);
+#else
+  (void)fake_stack, (void)bottom, (void)bytes;
+#endif
+}
+void FinishSwitch(void* fake_stack, const void** bottom, size_t* bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, bottom, bytes);
+#else
+  (void)fake_stack, (void)bottom, (void)bytes;
+#endif
+}
+
+// Runs on the fiber's stack; returning resumes the scheduler (uc_link).
+void FiberMain() {
+  Round& round = *round_now;
+  FinishSwitch(nullptr, &round.scheduler_stack, &round.scheduler_stack_bytes);
+  (*round.body)();
+  fiber_now->wait = Wait::kDone;
+  StartSwitch(nullptr, round.scheduler_stack, round.scheduler_stack_bytes);
+}
+
+// The running fiber waits at `wait` until the scheduler lets it on.
+void Block(Wait wait) {
+  Round& round = *round_now;
+  Fiber& fiber = *fiber_now;
+  fiber.wait = wait;
+  StartSwitch(&fiber.fake_stack, round.scheduler_stack, round.scheduler_stack_bytes);
+  swapcontext(&fiber.context, &round.scheduler);
+  FinishSwitch(fiber.fake_stack, &round.scheduler_stack, &round.scheduler_stack_bytes);
+}
+
+const char* WaitName(Wait wait) {
+  switch (wait) {
+    case Wait::kNone:
+      return "running";
+    case Wait::kBlock:
+      return "__syncthreads";
+    case Wait::kWarp:
+      return "a warp barrier";
+    case Wait::kCluster:
+      return "a cluster's sync";
+    case Wait::kDone:
+      return "returned";
+  }
+  return "?";
+}
+
+// Lets on the fibers of one barrier that every live thread of its group
+// has reached, the innermost group first; false when none can go on.
+bool Release(Round& round) {
+  std::vector<Fiber>& fibers = round.fibers;
+  const int ranks = static_cast<int>(round.bases.size());
+  auto release = [&](auto in_group, Wait wait) {
+    int live = 0, waiting = 0;
+    for (Fiber& f : fibers) {
+      if (!in_group(f) || f.wait == Wait::kDone) continue;
+      ++live;
+      if (f.wait == wait) ++waiting;
+    }
+    if (live == 0 || waiting != live) return false;
+    for (Fiber& f : fibers) {
+      if (in_group(f) && f.wait == wait) f.wait = Wait::kNone;
+    }
+    return true;
+  };
+  bool any = false;
+  for (int r = 0; r < ranks; ++r) {
+    for (int w = 0; w < round.warps; ++w) {
+      any |= release([&](const Fiber& f) { return f.rank == r && f.warp == w; }, Wait::kWarp);
+    }
+  }
+  if (any) return true;
+  for (int r = 0; r < ranks; ++r) {
+    any |= release([&](const Fiber& f) { return f.rank == r; }, Wait::kBlock);
+  }
+  if (any) return true;
+  return release([](const Fiber&) { return true; }, Wait::kCluster);
+}
+
+[[noreturn]] void Deadlock(const Round& round) {
+  std::fprintf(stderr, "cuda emulation: the threads wait at barriers that cannot all be met:\n");
+  for (const Fiber& f : round.fibers) {
+    if (f.wait == Wait::kDone) continue;
+    std::fprintf(stderr, "  block rank %d thread %d: %s\n", f.rank, f.thread.linear,
+                 WaitName(f.wait));
+  }
+  std::abort();
+}
+
+// Runs the fibers of one round (a block, or a cluster's blocks) until all
+// have returned.
+void RunRound(Round& round) {
+  for (Fiber& f : round.fibers) {
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &round.scheduler;
+    makecontext(&f.context, FiberMain, 0);
+    f.wait = Wait::kNone;
+    f.fake_stack = nullptr;
+  }
+  for (;;) {
+    bool ran = false;
+    for (Fiber& f : round.fibers) {
+      if (f.wait != Wait::kNone) continue;
+      fiber_now = &f;
+      void* fake_stack = nullptr;
+      StartSwitch(&fake_stack, f.stack, kStackBytes);
+      swapcontext(&round.scheduler, &f.context);
+      FinishSwitch(fake_stack, nullptr, nullptr);
+      ran = true;
+    }
+    if (ran) continue;
+    bool all_done = true;
+    for (const Fiber& f : round.fibers) all_done &= f.wait == Wait::kDone;
+    if (all_done) return;
+    if (!Release(round)) Deadlock(round);
+  }
+}
 
 }  // namespace
 
@@ -99,40 +201,62 @@ int SharedLimit(const void* kernel) {
   return it == Limits().end() ? kDefaultSharedBytes : it->second;
 }
 
-ThreadContext& Current() { return current; }
+ThreadContext& Current() { return fiber_now->thread; }
 
-void SyncThreads() { current_block->barrier.ArriveAndWait("__syncthreads"); }
+void SyncThreads() { Block(Wait::kBlock); }
 
-void SyncWarp() { CurrentWarp().barrier.ArriveAndWait("a warp barrier"); }
+void SyncWarp() { Block(Wait::kWarp); }
+
+void SyncCluster() { Block(Wait::kCluster); }
+
+unsigned ClusterSize() { return static_cast<unsigned>(round_now->bases.size()); }
+
+void* MapSharedRank(void* address, unsigned rank) {
+  const auto offset = static_cast<unsigned char*>(address) - fiber_now->thread.shared;
+  return round_now->bases.at(rank) + offset;
+}
+
+namespace {
+
+uint64_t& LaneSlot(int lane) {
+  const Fiber& f = *fiber_now;
+  const Round& round = *round_now;
+  const size_t warp = static_cast<size_t>(f.rank) * round.warps + f.warp;
+  return round_now->lanes[warp * 32 + static_cast<size_t>(lane)];
+}
+
+}  // namespace
 
 uint64_t ExchangeLane(uint64_t bits, int source_lane) {
-  Warp& warp = CurrentWarp();
-  warp.lanes[current.linear % 32] = bits;
-  warp.barrier.ArriveAndWait("a warp shuffle");
-  const uint64_t out = warp.lanes[source_lane];
-  warp.barrier.ArriveAndWait("a warp shuffle");
+  LaneSlot(fiber_now->thread.linear % 32) = bits;
+  SyncWarp();
+  const uint64_t out = LaneSlot(source_lane);
+  SyncWarp();
   return out;
 }
 
 uint32_t BallotLanes(bool predicate) {
-  Warp& warp = CurrentWarp();
-  warp.lanes[current.linear % 32] = predicate ? 1 : 0;
-  warp.barrier.ArriveAndWait("a warp ballot");
+  LaneSlot(fiber_now->thread.linear % 32) = predicate ? 1 : 0;
+  SyncWarp();
   uint32_t mask = 0;
   for (int lane = 0; lane < 32; ++lane) {
-    if (warp.lanes[lane] != 0) mask |= 1u << lane;
+    if (LaneSlot(lane) != 0) mask |= 1u << lane;
   }
-  warp.barrier.ArriveAndWait("a warp ballot");
+  SyncWarp();
   return mask;
 }
 
-void RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+void RunGrid(const void* kernel, dim3 grid, dim3 block, dim3 cluster, size_t shared_bytes,
              const std::function<void()>& body) {
   const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
   const bool bad_block = threads == 0 || threads > 1024 || block.z > 64;
   const bool bad_grid = grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu ||
                         grid.y > 65535 || grid.z > 65535;
-  if (bad_block || bad_grid) {
+  // Clusters of up to 8 blocks along x that divide the grid (sm_90's
+  // portable size).
+  const bool bad_cluster =
+      cluster.y != 1 || cluster.z != 1 || cluster.x < 1 || cluster.x > 8 || grid.x % cluster.x != 0;
+  if (bad_block || bad_grid || bad_cluster) {
     SetLastError(cudaErrorInvalidConfiguration);
     return;
   }
@@ -140,48 +264,62 @@ void RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
     SetLastError(cudaErrorInvalidValue);
     return;
   }
-  const int count = static_cast<int>(threads);
-  const int warps = (count + 31) / 32;
-  Block state;
-  for (int w = 0; w < warps; ++w) state.warps.push_back(std::make_unique<Warp>());
-  std::vector<unsigned char> shared(shared_bytes + 16);
-  // 16-byte aligned, as the device's dynamic shared memory.
-  unsigned char* base = shared.data() + (16 - reinterpret_cast<uintptr_t>(shared.data()) % 16) % 16;
-  Barrier start, end;
-  start.Reset(count);
-  end.Reset(count);
+  if (round_now != nullptr) {
+    std::fprintf(stderr, "cuda emulation: a launch from inside a kernel\n");
+    std::abort();
+  }
+  Round round;
+  round.threads = static_cast<int>(threads);
+  round.warps = (round.threads + 31) / 32;
+  round.body = &body;
+  const int ranks = static_cast<int>(cluster.x);
+  // 16-byte aligned shared memory per rank, as the device's.
+  const size_t stride = (shared_bytes + 15) / 16 * 16;
+  std::vector<float4> shared(std::max<size_t>(1, stride * static_cast<size_t>(ranks) / 16));
+  for (int r = 0; r < ranks; ++r) {
+    round.bases.push_back(reinterpret_cast<unsigned char*>(shared.data()) + stride * r);
+  }
+  round.lanes.assign(static_cast<size_t>(ranks) * round.warps * 32, 0);
+  const size_t fibers = static_cast<size_t>(ranks) * threads;
+  // Stacks from one mapping, committed only where the fibers touch them.
+  const size_t stack_bytes = fibers * kStackBytes;
+  void* stacks = mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stacks == MAP_FAILED) {
+    std::fprintf(stderr, "cuda emulation: no memory for %zu fiber stacks\n", fibers);
+    std::abort();
+  }
+  round.fibers.resize(fibers);
+  for (size_t i = 0; i < fibers; ++i) {
+    Fiber& f = round.fibers[i];
+    const int rank = static_cast<int>(i / threads), linear = static_cast<int>(i % threads);
+    f.stack = static_cast<char*>(stacks) + i * kStackBytes;
+    f.rank = rank;
+    f.warp = linear / 32;
+    f.thread.linear = linear;
+    f.thread.cluster_rank = rank;
+    f.thread.block_dim = block;
+    f.thread.grid_dim = grid;
+    f.thread.shared = round.bases[static_cast<size_t>(rank)];
+    f.thread.thread = {static_cast<unsigned>(linear) % block.x,
+                       static_cast<unsigned>(linear) / block.x % block.y,
+                       static_cast<unsigned>(linear) / (block.x * block.y)};
+  }
+  round_now = &round;
   const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
-  auto worker = [&](int linear) {
-    current_block = &state;
-    current.linear = linear;
-    current.block_dim = block;
-    current.grid_dim = grid;
-    current.shared = base;
-    current.thread = {static_cast<unsigned>(linear) % block.x,
-                      static_cast<unsigned>(linear) / block.x % block.y,
-                      static_cast<unsigned>(linear) / (block.x * block.y)};
-    for (uint64_t b = 0; b < blocks; ++b) {
-      if (linear == 0) {
-        state.barrier.Reset(count);
-        for (int w = 0; w < warps; ++w) state.warps[w]->barrier.Reset(std::min(32, count - 32 * w));
-        std::memset(base, 0xff, shared_bytes);
-      }
-      start.ArriveAndWait("the start of a block");
-      current.block = {static_cast<unsigned>(b % grid.x),
-                       static_cast<unsigned>(b / grid.x % grid.y),
-                       static_cast<unsigned>(b / (static_cast<uint64_t>(grid.x) * grid.y))};
-      body();
-      // Returned: no longer waited for at the block's or the warp's barriers.
-      state.barrier.Leave();
-      CurrentWarp().barrier.Leave();
-      end.ArriveAndWait("the end of a block");
+  for (uint64_t first = 0; first < blocks; first += static_cast<uint64_t>(ranks)) {
+    for (unsigned char* base : round.bases) std::memset(base, 0xff, shared_bytes);
+    for (Fiber& f : round.fibers) {
+      const uint64_t b = first + static_cast<uint64_t>(f.rank);
+      f.thread.block = {static_cast<unsigned>(b % grid.x),
+                        static_cast<unsigned>(b / grid.x % grid.y),
+                        static_cast<unsigned>(b / (static_cast<uint64_t>(grid.x) * grid.y))};
     }
-    current_block = nullptr;
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(count));
-  for (int t = 0; t < count; ++t) pool.emplace_back(worker, t);
-  for (std::thread& t : pool) t.join();
+    RunRound(round);
+  }
+  round_now = nullptr;
+  fiber_now = nullptr;
+  munmap(stacks, stack_bytes);
 }
 
 }  // namespace performer::cuda_emulation
@@ -209,7 +347,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
       *value = emu::kSmCount;
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor:
-      *value = 8;
+      *value = 9;
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor:
       *value = 0;

@@ -3,25 +3,30 @@
 // emulate_cuda_source.py (launches, shared-memory declarations), compiles as
 // C++ against this header and the CUDA headers of include/ beside it.
 //
-// What it models: a launch runs its blocks one after another, each block's
-// threads as real threads (one std::thread per CUDA thread), so
-// __syncthreads, the warp shuffles and __syncwarp are real barriers among
-// them; a thread that returns leaves the barriers, as on the device. Dynamic
-// shared memory is one buffer per launch, filled with 0xff bytes (NaN as
-// float) before each block, so that a read of what the block never wrote
-// shows. A launch is refused, as by the CUDA runtime, with more than 1,024
-// threads, a grid past 2^31 - 1 x 65,535 x 65,535, or more dynamic shared
-// memory than the kernel's limit (48 KiB, or what cudaFuncSetAttribute
-// raised it to, at most the device's 227 KiB). The device it reports:
-// 132 SMs, compute capability 8.0 (no clusters).
+// What it models: a launch runs its blocks one after another (the blocks of
+// a thread-block cluster together). Each CUDA thread is a fiber (its own
+// stack, switched by swapcontext) on the launching thread; a fiber runs until
+// it reaches a barrier (__syncthreads, __syncwarp, a warp shuffle or ballot,
+// a cluster's sync) or returns, and a barrier lets its threads on once every
+// thread of its block, warp or cluster that has not returned is waiting
+// there, as on the device. The schedule is deterministic. Threads that wait
+// at different barriers that can never all be met (a barrier in divergent
+// code) abort the process, saying so. Dynamic shared memory is one buffer
+// per block, filled with 0xff bytes (NaN as float) before the block, so that
+// a read of what the block never wrote shows. A launch is refused, as by the
+// CUDA runtime, with more than 1,024 threads, a grid past 2^31 - 1 x 65,535
+// x 65,535, or more dynamic shared memory than the kernel's limit (48 KiB,
+// or what cudaFuncSetAttribute raised it to, at most the device's 227 KiB).
+// The device it reports: an sm_90 (compute capability 9.0, __CUDA_ARCH__
+// 900) of 132 SMs.
 //
 // What it does not model: timing, occupancy, the memory model beyond the
 // barriers, and the device's rounding: expf, erff and rsqrtf are the host's,
 // and a tensor-core product (include/mma.h) sums in float32 in k order.
-// Thread-block clusters are not emulated. A kernel's bits under
-// emulation are not the GPU's; what tests compare bit for bit under
-// emulation is two paths of the same kernels (a scan against its steps, a
-// row among others), which share their arithmetic on either.
+// Races between barriers do not show (the fibers take turns). A kernel's
+// bits under emulation are not the GPU's; what tests compare bit for bit
+// under emulation is two paths of the same kernels (a scan against its
+// steps, a row among others), which share their arithmetic on either.
 #pragma once
 
 #include <algorithm>
@@ -110,8 +115,10 @@ void SetSharedLimit(const void* kernel, int bytes);
 int SharedLimit(const void* kernel);
 
 // Runs `body` as a grid: blocks in order, each by block.x * block.y *
-// block.z threads. Refuses (SetLastError) what the CUDA runtime refuses.
-void RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+// block.z fibers, and the cluster.x blocks of a cluster (consecutive in x;
+// 1: no clusters) at once. Refuses (SetLastError) what the CUDA runtime
+// refuses.
+void RunGrid(const void* kernel, dim3 grid, dim3 block, dim3 cluster, size_t shared_bytes,
              const std::function<void()>& body);
 
 // The calling thread's place in the running grid.
@@ -122,8 +129,14 @@ struct ThreadContext {
   dim3 grid_dim;
   unsigned char* shared;  // the block's dynamic shared memory
   int linear;             // thread index within the block
+  int cluster_rank;       // the block's rank in its cluster
 };
 ThreadContext& Current();
+void SyncCluster();
+unsigned ClusterSize();
+// The address in block `rank`'s shared memory (of this block's cluster)
+// that `address` has in this block's.
+void* MapSharedRank(void* address, unsigned rank);
 
 void SyncThreads();
 void SyncWarp();
@@ -137,30 +150,37 @@ T* DynamicShared() {
 }
 
 // kernel<<<grid, block, shared, stream>>>(args...) becomes
-// Launch(kernel, grid, block, shared, stream)(args...).
+// Launch(kernel, grid, block, shared, stream)(args...), and for a kernel
+// declared with __cluster_dims__(x, 1, 1), LaunchCluster(dim3(x, 1, 1),
+// kernel, ...).
 template <typename... P>
 class Launcher {
  public:
-  Launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared)
-      : kernel_(kernel), grid_(grid), block_(block), shared_(shared) {}
+  Launcher(void (*kernel)(P...), dim3 grid, dim3 block, dim3 cluster, size_t shared)
+      : kernel_(kernel), grid_(grid), block_(block), cluster_(cluster), shared_(shared) {}
   template <typename... A>
   void operator()(A&&... args) const {
     std::tuple<std::decay_t<P>...> bound(std::forward<A>(args)...);
     void (*kernel)(P...) = kernel_;
-    RunGrid(reinterpret_cast<const void*>(kernel), grid_, block_, shared_,
+    RunGrid(reinterpret_cast<const void*>(kernel), grid_, block_, cluster_, shared_,
             [kernel, &bound] { std::apply(kernel, bound); });
   }
 
  private:
   void (*kernel_)(P...);
-  dim3 grid_, block_;
+  dim3 grid_, block_, cluster_;
   size_t shared_;
 };
 
 template <typename... P>
 Launcher<P...> Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared = 0,
                       cudaStream_t = nullptr) {
-  return Launcher<P...>(kernel, grid, block, shared);
+  return Launcher<P...>(kernel, grid, block, dim3(1, 1, 1), shared);
+}
+template <typename... P>
+Launcher<P...> LaunchCluster(dim3 cluster, void (*kernel)(P...), dim3 grid, dim3 block,
+                             size_t shared = 0, cudaStream_t = nullptr) {
+  return Launcher<P...>(kernel, grid, block, cluster, shared);
 }
 
 }  // namespace performer::cuda_emulation

@@ -8,17 +8,21 @@ The rewrite keeps every line where it was (#line names the .cu, so errors and
 debuggers point into it) and changes only what C++ cannot say:
   K<<<grid, block[, shared[, stream]]>>>(args)
       -> ::performer::cuda_emulation::Launch(K, grid, block, ...)(args)
+      (LaunchCluster(dim3(x, y, z), K, ...) for a kernel declared with
+      __cluster_dims__(x, y, z))
   extern __shared__ T name[];
       -> T* name = ::performer::cuda_emulation::DynamicShared<T>();
   __shared__ (a block's static shared array) -> static
   #pragma unroll -> (an empty line)
 Namespace performer::kernels::cuda becomes performer::kernels::cuda_emulated
-(a macro), so that the emulated kernels link beside the real ones.
+(a macro), so that the emulated kernels link beside the real ones, and
+__CUDA_ARCH__ is 900, the device cuda_emulation.h reports.
 """
 import re
 import sys
 
 LAUNCH_OPEN = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<")
+CLUSTER_KERNEL = re.compile(r"__cluster_dims__\(([^)]*)\)\s*(\w+)\s*\(")
 EXTERN_SHARED = re.compile(
     r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
 
@@ -28,6 +32,7 @@ def rewrite(text):
     text = EXTERN_SHARED.sub(
         r"\1* \2 = ::performer::cuda_emulation::DynamicShared<\1>();", text)
     text = re.sub(r"\b__shared__\b", "static", text)
+    clusters = {m.group(2): m.group(1) for m in CLUSTER_KERNEL.finditer(text)}
     out, at = [], 0
     while True:
         match = LAUNCH_OPEN.search(text, at)
@@ -38,7 +43,12 @@ def rewrite(text):
             raise SystemExit("unterminated <<< launch")
         config = text[match.end():close]
         out.append(text[at:match.start()])
-        out.append("::performer::cuda_emulation::Launch(%s, %s)" % (match.group(1), config))
+        kernel = match.group(1)
+        if kernel in clusters:
+            out.append("::performer::cuda_emulation::LaunchCluster(dim3(%s), %s, %s)" %
+                       (clusters[kernel], kernel, config))
+        else:
+            out.append("::performer::cuda_emulation::Launch(%s, %s)" % (kernel, config))
         at = close + 3
     out.append(text[at:])
     return "".join(out)
@@ -50,6 +60,7 @@ def main():
         text = f.read()
     header = ('#include "tests/kernels/cuda/emulation/cuda_emulation.h"\n'
               "#define cuda cuda_emulated\n"
+              "#define __CUDA_ARCH__ 900\n"
               '#line 1 "%s"\n' % source)
     with open(output, "w", encoding="utf-8") as f:
         f.write(header + rewrite(text))

@@ -96,13 +96,13 @@ TEST(FusedLinearEmulationTest, ARowHasTheSameBitsAmongAnyNumberOfRows) {
     SCOPED_TRACE(dtype == torch::kFloat ? "fp32" : "bf16");
     const Layer l = MakeLayer(64, 12, dtype, /*norm=*/true, /*gelu=*/true);
     torch::manual_seed(3);
-    // 70 rows: blocks of 8 rows; the parts below take blocks of 1, 2, 4
+    // 300 rows: blocks of 8 rows; the parts below take blocks of 1, 2, 4
     // and 8, the rows at other places in their blocks.
-    const torch::Tensor x = torch::randn({70, 64});
+    const torch::Tensor x = torch::randn({300, 64});
     const torch::Tensor all = Emulated(l, x, {}, false);
     for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{9}, int64_t{33}}) {
-      const torch::Tensor part = x.narrow(0, 70 - rows, rows).contiguous();
-      EXPECT_TRUE(torch::equal(Emulated(l, part, {}, false), all.narrow(0, 70 - rows, rows)))
+      const torch::Tensor part = x.narrow(0, 300 - rows, rows).contiguous();
+      EXPECT_TRUE(torch::equal(Emulated(l, part, {}, false), all.narrow(0, 300 - rows, rows)))
           << rows << " rows";
     }
   }

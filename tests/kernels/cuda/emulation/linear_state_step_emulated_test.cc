@@ -1,5 +1,6 @@
 // The state kernels of kernels/cuda/linear_state_step_cuda.cu run on the
-// host (cuda_emulation.h): each step kernel against the CPU op, and the scan
+// host (cuda_emulation.h): each step kernel (row blocks, vectors, clusters)
+// against the CPU op, and the scan
 // against the row-block step token by token, bit for bit (their shared body,
 // StepRowBlock), whatever the split of the tokens and the other sequences.
 #include <gtest/gtest.h>
@@ -199,7 +200,7 @@ void ExpectSameStates(const Problem& a, const Problem& b, const std::string& wha
 TEST(LinearStateStepEmulationTest, TheStepKernelsMatchTheCpu) {
   for (Kind kind : kKinds) {
     SCOPED_TRACE(KindName(kind));
-    const Problem base(kind, 2, 2, 256, kDims, 11);
+    const Problem base(kind, 3, 3, 256, kDims, 11);
     Problem rows = base.Copy(), vectors = base.Copy(), host = base.Copy();
     const torch::Tensor expected = CpuScan(host);
     ExpectClose(Steps(rows, RowBlockStep), expected, "row blocks");
@@ -215,6 +216,17 @@ TEST(LinearStateStepEmulationTest, TheStepKernelsMatchTheCpu) {
     ExpectClose(by_vectors, expected, "vectors");
     ExpectClose(vectors.state, host.state, "vectors' state");
     ExpectClose(vectors.sums, host.sums, "vectors' sums");
+    // The cluster kernel: a row's features over the kStepClusterSize blocks
+    // of a cluster, their sums added through distributed shared memory.
+    ASSERT_TRUE(emulated::ClusterStepSupported(0));
+    Problem clusters = base.Copy();
+    const torch::Tensor by_clusters = Steps(clusters, [](const emulated::LinearStateStepArgs& a) {
+      return emulated::LinearStateStepClusterForward(a, nullptr);
+    });
+    ExpectClose(by_clusters, expected, "clusters");
+    ExpectClose(clusters.state, host.state, "clusters' state");
+    ExpectClose(clusters.sums, host.sums, "clusters' sums");
+    ExpectClose(clusters.key_max, host.key_max, "clusters' key maxima");
   }
 }
 
@@ -244,22 +256,22 @@ TEST(LinearStateStepEmulationTest, SlotsPickStatesAndAnOutOfRangeSlotGivesNaN) {
 TEST(LinearStateStepEmulationTest, AScanHasTheStepsBitsWhateverTheSplitAndTheOtherSequences) {
   for (Kind kind : kKinds) {
     SCOPED_TRACE(KindName(kind));
-    const Problem base(kind, 3, 7, kFeatures, kDims, 17);
+    const Problem base(kind, 3, 11, kFeatures, kDims, 17);
     Problem whole = base.Copy();
     const torch::Tensor all = Scan(whole);
     // Token by token through the row-block step kernel.
     Problem stepped = base.Copy();
     EXPECT_TRUE(torch::equal(Steps(stepped, RowBlockStep), all)) << "steps' outputs differ";
     ExpectSameStates(stepped, whole, "steps");
-    // 3 + 4 tokens: the second scan continues the first's states.
-    Problem head = base.Part(0, 3, 0, 3);
+    // 4 + 7 tokens: the second scan continues the first's states.
+    Problem head = base.Part(0, 3, 0, 4);
     const torch::Tensor first = Scan(head);
-    Problem tail = base.Part(0, 3, 3, 7);
+    Problem tail = base.Part(0, 3, 4, 11);
     tail.state = head.state, tail.sums = head.sums, tail.key_max = head.key_max;
-    EXPECT_TRUE(torch::equal(torch::cat({first, Scan(tail)}, 1), all)) << "3 + 4 differs";
-    ExpectSameStates(tail, whole, "3 + 4");
+    EXPECT_TRUE(torch::equal(torch::cat({first, Scan(tail)}, 1), all)) << "4 + 7 differs";
+    ExpectSameStates(tail, whole, "4 + 7");
     // Sequence 1 alone.
-    Problem alone = base.Part(1, 1, 0, 7);
+    Problem alone = base.Part(1, 1, 0, 11);
     EXPECT_TRUE(torch::equal(Scan(alone), all.narrow(0, 1, 1))) << "sequence 1 alone differs";
     // The CPU.
     Problem host = base.Copy();
