@@ -273,12 +273,14 @@ void RunGrid(const void* kernel, dim3 grid, dim3 block, dim3 cluster, size_t sha
   round.warps = (round.threads + 31) / 32;
   round.body = &body;
   const int ranks = static_cast<int>(cluster.x);
-  // 16-byte aligned shared memory per rank, as the device's.
-  const size_t stride = (shared_bytes + 15) / 16 * 16;
-  std::vector<float4> shared(std::max<size_t>(1, stride * static_cast<size_t>(ranks) / 16));
-  for (int r = 0; r < ranks; ++r) {
-    round.bases.push_back(reinterpret_cast<unsigned char*>(shared.data()) + stride * r);
-  }
+  // Shared memory per rank, 128-byte aligned (kernels may declare theirs
+  // __align__(128); the device's is at least that aligned).
+  constexpr size_t kAlign = 128;
+  const size_t stride = (shared_bytes + kAlign - 1) / kAlign * kAlign;
+  std::vector<unsigned char> shared(stride * static_cast<size_t>(ranks) + kAlign);
+  unsigned char* first_base =
+      shared.data() + (kAlign - reinterpret_cast<uintptr_t>(shared.data()) % kAlign) % kAlign;
+  for (int r = 0; r < ranks; ++r) round.bases.push_back(first_base + stride * r);
   round.lanes.assign(static_cast<size_t>(ranks) * round.warps * 32, 0);
   const size_t fibers = static_cast<size_t>(ranks) * threads;
   // Stacks from one mapping, committed only where the fibers touch them.

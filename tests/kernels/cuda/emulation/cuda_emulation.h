@@ -12,7 +12,8 @@
 // there, as on the device. The schedule is deterministic. Threads that wait
 // at different barriers that can never all be met (a barrier in divergent
 // code) abort the process, saying so. Dynamic shared memory is one buffer
-// per block, filled with 0xff bytes (NaN as float) before the block, so that
+// per block, 128-byte aligned and filled with 0xff bytes (NaN as float)
+// before the block, so that
 // a read of what the block never wrote shows. A launch is refused, as by the
 // CUDA runtime, with more than 1,024 threads, a grid past 2^31 - 1 x 65,535
 // x 65,535, or more dynamic shared memory than the kernel's limit (48 KiB,

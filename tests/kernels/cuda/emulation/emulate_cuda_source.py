@@ -24,13 +24,14 @@ import sys
 LAUNCH_OPEN = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<")
 CLUSTER_KERNEL = re.compile(r"__cluster_dims__\(([^)]*)\)\s*(\w+)\s*\(")
 EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
+    r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?((?:[\w:]+\s+)+?)(\w+)\s*\[\s*\]\s*;")
 
 
 def rewrite(text):
     text = re.sub(r"^[ \t]*#pragma unroll.*$", "", text, flags=re.M)
     text = EXTERN_SHARED.sub(
-        r"\1* \2 = ::performer::cuda_emulation::DynamicShared<\1>();", text)
+        lambda m: "%s* %s = ::performer::cuda_emulation::DynamicShared<%s>();" %
+        (m.group(1).strip(), m.group(2), m.group(1).strip()), text)
     text = re.sub(r"\b__shared__\b", "static", text)
     clusters = {m.group(2): m.group(1) for m in CLUSTER_KERNEL.finditer(text)}
     out, at = [], 0

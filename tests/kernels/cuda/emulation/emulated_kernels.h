@@ -6,6 +6,7 @@
 #pragma once
 
 #define cuda cuda_emulated
+#include "kernels/cuda/causal_linear_prefill_cuda.h"
 #include "kernels/cuda/fused_linear_cuda.h"
 #include "kernels/cuda/linear_state_step_cuda.h"
 #include "kernels/cuda/windowed_ring_attention_cuda.h"
