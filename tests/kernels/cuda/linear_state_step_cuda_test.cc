@@ -374,6 +374,19 @@ struct ScanCase {
 constexpr int64_t kScanHeads = 2, kScanFeatures = 16, kScanDims = 8, kScanHeadDim = 12;
 constexpr int64_t kScanTokens = 11, kScanSequences = 3;
 
+// Token t of in [C, T, H, *] as rows [C * H, *] on `device`.
+torch::Tensor TokenRows(const torch::Tensor& in, int64_t t, torch::Device device) {
+  return in.select(1, t).reshape({-1, in.size(-1)}).contiguous().to(device);
+}
+
+// step(t) for each of the scan's tokens, stacked along the token axis.
+template <typename Step>
+torch::Tensor StackSteps(Step step) {
+  std::vector<torch::Tensor> outs;
+  for (int64_t t = 0; t < kScanTokens; ++t) outs.push_back(step(t));
+  return torch::stack(outs, 1);
+}
+
 std::vector<ScanCase> ScanCases() {
   torch::manual_seed(71);
   const int64_t c = kScanSequences, t = kScanTokens, h = kScanHeads, m = kScanFeatures;
@@ -418,39 +431,30 @@ std::vector<ScanCase> ScanCases() {
                    plain_pools,
                    [=](std::vector<torch::Tensor>& p) {
                      const torch::Device dev = p[0].device();
-                     // Token t of every sequence-head row: [C * H, *].
-                     auto rows = [&](const torch::Tensor& in, int64_t t) {
-                       return in.select(1, t).reshape({c * h, in.size(-1)}).contiguous().to(dev);
-                     };
-                     std::vector<torch::Tensor> outs;
-                     for (int64_t i = 0; i < t; ++i) {
-                       outs.push_back(LinearStateStep(p[0], rows(q, i), rows(k, i), rows(v, i)));
-                     }
-                     return torch::stack(outs, 1);
+                     return StackSteps([&](int64_t i) {
+                       return LinearStateStep(p[0], TokenRows(q, i, dev), TokenRows(k, i, dev),
+                                              TokenRows(v, i, dev));
+                     });
                    }});
-  cases.push_back(
-      {"LinearStateScanNormalized",
-       [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
-           int64_t end) {
-         const torch::Device dev = p[0].device();
-         return LinearStateScanNormalized(
-             p[0], part(q, first, count, begin, end, dev), part(k, first, count, begin, end, dev),
-             part(v, first, count, begin, end, dev), p[1], 0.25, 0.01, 1e-6);
-       },
-       plain_pools,
-       [=](std::vector<torch::Tensor>& p) {
-         const torch::Device dev = p[0].device();
-         auto rows = [&](const torch::Tensor& in, int64_t t) {
-           return in.select(1, t).reshape({c * h, in.size(-1)}).contiguous().to(dev);
-         };
-         std::vector<torch::Tensor> outs;
-         for (int64_t i = 0; i < t; ++i) {
-           outs.push_back(LinearStateStepNormalized(p[0], rows(q, i), rows(k, i), rows(v, i), {},
-                                                    p[1], 0.25, 0.01, 1e-6)
-                              .view({c, h, e}));
-         }
-         return torch::stack(outs, 1);
-       }});
+  cases.push_back({"LinearStateScanNormalized",
+                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+                       int64_t end) {
+                     const torch::Device dev = p[0].device();
+                     return LinearStateScanNormalized(p[0], part(q, first, count, begin, end, dev),
+                                                      part(k, first, count, begin, end, dev),
+                                                      part(v, first, count, begin, end, dev), p[1],
+                                                      0.25, 0.01, 1e-6);
+                   },
+                   plain_pools,
+                   [=](std::vector<torch::Tensor>& p) {
+                     const torch::Device dev = p[0].device();
+                     return StackSteps([&](int64_t i) {
+                       return LinearStateStepNormalized(p[0], TokenRows(q, i, dev),
+                                                        TokenRows(k, i, dev), TokenRows(v, i, dev),
+                                                        {}, p[1], 0.25, 0.01, 1e-6)
+                           .view({c, h, e});
+                     });
+                   }});
   cases.push_back({"FavorStateScan",
                    [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
                        int64_t end) {
@@ -462,39 +466,31 @@ std::vector<ScanCase> ScanCases() {
                    favor_pools,
                    [=](std::vector<torch::Tensor>& p) {
                      const torch::Device dev = p[0].device();
-                     std::vector<torch::Tensor> outs;
-                     for (int64_t i = 0; i < t; ++i) {
-                       outs.push_back(
-                           FavorStateStep(p[0], p[2], p[1], u.select(1, i).contiguous().to(dev),
-                                          diag.select(1, i).contiguous().to(dev),
-                                          v.select(1, i).reshape({c * h, e}).contiguous().to(dev),
-                                          1e-4, 1e-6)
-                               .view({c, h, e}));
-                     }
-                     return torch::stack(outs, 1);
+                     return StackSteps([&](int64_t i) {
+                       return FavorStateStep(p[0], p[2], p[1], u.select(1, i).contiguous().to(dev),
+                                             diag.select(1, i).contiguous().to(dev),
+                                             TokenRows(v, i, dev), 1e-4, 1e-6)
+                           .view({c, h, e});
+                     });
                    }});
-  cases.push_back(
-      {"FavorProjectedStateScan",
-       [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
-           int64_t end) {
-         const torch::Device dev = p[0].device();
-         return FavorProjectedStateScan(p[0], p[2], p[1], part(x, first, count, begin, end, dev),
-                                        projection_t.to(dev),
-                                        part(v, first, count, begin, end, dev), 1e-4, 1e-6);
-       },
-       favor_pools,
-       [=](std::vector<torch::Tensor>& p) {
-         const torch::Device dev = p[0].device();
-         std::vector<torch::Tensor> outs;
-         for (int64_t i = 0; i < t; ++i) {
-           outs.push_back(FavorProjectedStateStep(
-                              p[0], p[2], p[1], x.select(1, i).contiguous().to(dev),
-                              projection_t.to(dev),
-                              v.select(1, i).reshape({c * h, e}).contiguous().to(dev), 1e-4, 1e-6)
-                              .view({c, h, e}));
-         }
-         return torch::stack(outs, 1);
-       }});
+  cases.push_back({"FavorProjectedStateScan",
+                   [=](std::vector<torch::Tensor>& p, int64_t first, int64_t count, int64_t begin,
+                       int64_t end) {
+                     const torch::Device dev = p[0].device();
+                     return FavorProjectedStateScan(
+                         p[0], p[2], p[1], part(x, first, count, begin, end, dev),
+                         projection_t.to(dev), part(v, first, count, begin, end, dev), 1e-4, 1e-6);
+                   },
+                   favor_pools,
+                   [=](std::vector<torch::Tensor>& p) {
+                     const torch::Device dev = p[0].device();
+                     return StackSteps([&](int64_t i) {
+                       return FavorProjectedStateStep(
+                                  p[0], p[2], p[1], x.select(1, i).contiguous().to(dev),
+                                  projection_t.to(dev), TokenRows(v, i, dev), 1e-4, 1e-6)
+                           .view({c, h, e});
+                     });
+                   }});
   return cases;
 }
 
