@@ -6,6 +6,7 @@
 
 #include "kernels/causal_linear_prefill.h"
 #include "tests/testing/cuda_device.h"
+#include "tests/testing/scaled_error.h"
 
 namespace performer::kernels {
 namespace {
@@ -20,12 +21,7 @@ std::string Name(const ::testing::TestParamInfo<Shape>& info) {
          std::to_string(s.m) + "E" + std::to_string(s.e);
 }
 
-// max |got - expected| relative to max |expected| (the output scale).
-double ScaledError(const torch::Tensor& got, const torch::Tensor& expected) {
-  if (expected.numel() == 0) return 0.0;
-  const double scale = std::max(expected.abs().max().item<double>(), 1e-12);
-  return (got - expected).abs().max().item<double>() / scale;
-}
+using testing::ScaledError;
 
 class CausalLinearPrefillCudaTest : public ::testing::TestWithParam<Shape> {};
 

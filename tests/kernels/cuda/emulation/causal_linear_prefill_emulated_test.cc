@@ -11,17 +11,14 @@
 
 #include "kernels/causal_linear_prefill.h"
 #include "tests/kernels/cuda/emulation/emulated_kernels.h"
+#include "tests/testing/scaled_error.h"
 
 namespace performer::kernels {
 namespace {
 
 namespace emulated = cuda_emulated;
 
-// max |got - expected| over the output scale, max |expected|.
-double RelativeError(const torch::Tensor& got, const torch::Tensor& expected) {
-  const double scale = std::max(expected.abs().max().item<double>(), 1e-12);
-  return (got - expected).abs().max().item<double>() / scale;
-}
+using testing::ScaledError;
 
 struct Case {
   torch::ScalarType dtype;
@@ -73,8 +70,8 @@ TEST(CausalLinearPrefillEmulationTest, MatchesTheCpuInEveryDtypeAndSchedule) {
     const double tolerance = c.dtype == torch::kFloat      ? 1e-5
                              : c.dtype == torch::kBFloat16 ? 2e-2
                                                            : 5e-3;
-    EXPECT_LT(RelativeError(out, expected.out), tolerance);
-    EXPECT_LT(RelativeError(final_state, expected.final_state), tolerance);
+    EXPECT_LT(ScaledError(out, expected.out), tolerance);
+    EXPECT_LT(ScaledError(final_state, expected.final_state), tolerance);
   }
 }
 

@@ -342,20 +342,11 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
   namespace emu = performer::cuda_emulation;
   if (device != 0) return cudaErrorInvalidValue;
   switch (attribute) {
-    case cudaDevAttrMaxSharedMemoryPerBlock:
-      *value = emu::kDefaultSharedBytes;
-      return cudaSuccess;
     case cudaDevAttrMultiProcessorCount:
       *value = emu::kSmCount;
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor:
       *value = 9;
-      return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor:
-      *value = 0;
-      return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
-      *value = emu::kSharedBytesPerSm;
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = emu::kOptinSharedBytes;

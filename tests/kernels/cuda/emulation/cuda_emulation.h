@@ -92,11 +92,8 @@ using cudaError = cudaError_t;
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 enum cudaDeviceAttr {
-  cudaDevAttrMaxSharedMemoryPerBlock = 8,
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrComputeCapabilityMajor = 75,
-  cudaDevAttrComputeCapabilityMinor = 76,
-  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -240,20 +237,10 @@ T __shfl_xor_sync(unsigned, T value, int lane_mask, int = 32) {
   std::memcpy(&out, &bits, sizeof(T));
   return out;
 }
-template <typename T>
-T __shfl_sync(unsigned, T value, int source_lane, int = 32) {
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(T));
-  bits = performer::cuda_emulation::ExchangeLane(bits, source_lane % 32);
-  T out;
-  std::memcpy(&out, &bits, sizeof(T));
-  return out;
-}
 inline unsigned __ballot_sync(unsigned, int predicate) {
   return performer::cuda_emulation::BallotLanes(predicate != 0);
 }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 template <typename T>
 T __ldg(const T* p) {
@@ -285,9 +272,6 @@ inline unsigned atomicAdd(unsigned* address, unsigned value) {
 inline int atomicAdd(int* address, int value) {
   return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
 }
-inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
-  return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
-}
 
 // Correctly rounded single operations (never contracted: the emulated
 // sources are compiled with -ffp-contract=off).
@@ -299,14 +283,9 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline float fmaf(float a, float b, float c) { return std::fma(a, b, c); }
 inline float fmaxf(float a, float b) { return std::fmax(a, b); }
-inline float fminf(float a, float b) { return std::fmin(a, b); }
 inline float expf(float x) { return std::exp(x); }
-inline float __expf(float x) { return std::exp(x); }
-inline float logf(float x) { return std::log(x); }
 inline float erff(float x) { return std::erf(x); }
-inline float sqrtf(float x) { return std::sqrt(x); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-inline float fabsf(float x) { return std::fabs(x); }
 inline float __uint_as_float(unsigned x) {
   float f;
   std::memcpy(&f, &x, sizeof(f));
@@ -318,15 +297,6 @@ inline unsigned __float_as_uint(float f) {
   return x;
 }
 inline int min(int a, int b) { return a < b ? a : b; }
-inline int max(int a, int b) { return a > b ? a : b; }
-inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-inline long min(long a, long b) { return a < b ? a : b; }
-inline long max(long a, long b) { return a > b ? a : b; }
-inline long long min(long long a, long long b) { return a < b ? a : b; }
-inline long long max(long long a, long long b) { return a > b ? a : b; }
-inline float min(float a, float b) { return std::fmin(a, b); }
-inline float max(float a, float b) { return std::fmax(a, b); }
 
 #define CUDART_INF_F (__builtin_huge_valf())
 #define CUDART_NAN_F (__builtin_nanf(""))

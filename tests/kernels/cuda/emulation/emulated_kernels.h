@@ -1,8 +1,8 @@
 // Declarations of the emulated kernels (tests/kernels/cuda/emulation):
 // kernels/cuda's headers in namespace performer::kernels::cuda_emulated, the
-// name emulate_cuda_source.py gives the kernels' namespace. Include it after
-// every other header, so that none of these headers was included before
-// under its own name.
+// name emulate_cuda_source.py gives the kernels' namespace. No header a test
+// includes before it may include these kernels/cuda headers (their include
+// guards would keep them out of the renamed namespace).
 #pragma once
 
 #define cuda cuda_emulated

@@ -57,9 +57,8 @@ struct Problem {
     sums = torch::zeros({c * kHeads, e + 1});
     key_max = torch::full({c * kHeads}, -1e30);
   }
-  // A copy runs on states of its own (the inputs are shared, read only).
-  Problem(const Problem& other) = default;
-  Problem& operator=(const Problem& other) = default;
+  // A copy that runs on states of its own (the inputs are shared, read
+  // only; a plain copy shares the states too).
   Problem Copy() const {
     Problem p = *this;
     p.state = state.clone(), p.sums = sums.clone(), p.key_max = key_max.clone();
