@@ -10,10 +10,14 @@
 //   * the decode step's state kernel is CudaStepKernel::kRowBlocks (one
 //     block per state row, whatever the batch), for every CudaStepKernel
 //     setting;
-//   * the scans of kernels/linear_state_step.h run on CUDA, one step launch
-//     per token (a prompt of T tokens costs T launches per layer instead of
-//     one chunkwise prefill);
-//   * kernels::WindowedRingAttention runs on CUDA.
+//   * the scans of kernels/linear_state_step.h run on CUDA, one launch per
+//     layer whose blocks walk each state's tokens in order with the step
+//     kernel's body (instead of one chunkwise prefill);
+//   * kernels::WindowedRingAttention runs on CUDA;
+//   * kernels::LayerNormRows and ScaleNormRows run their own kernel (a warp
+//     per row);
+//   * kernels::FavorProjectedReadOut runs (cross attention's read-out, a
+//     block per row and head).
 // Models read it through core/attention/row_invariance.h. Off by
 // default: the GPU then keeps its fastest kernel for each shape, and only
 // rows of one call are independent of each other (docs/gpu.md).

@@ -1,5 +1,7 @@
 #include "core/models/branch.h"
 
+#include "core/attention/row_norm.h"
+
 namespace performer::models {
 namespace {
 
@@ -50,9 +52,9 @@ BranchImpl::BranchImpl(int64_t dim, BranchNorm norm, bool shift_tokens, bool cau
 torch::Tensor BranchImpl::Normalize(const torch::Tensor& x) {
   switch (norm_kind_) {
     case BranchNorm::kLayerNorm:
-      return norm_->forward(x);
+      return LayerNormRows(norm_, x);
     case BranchNorm::kScaleNorm:
-      return x / x.norm(2, -1, /*keepdim=*/true).clamp_min(kScaleNormEps) * g_;
+      return ScaleNormRows(x, g_, kScaleNormEps);
     case BranchNorm::kReZero:
       break;
   }
@@ -143,7 +145,10 @@ bool BranchImpl::fuses_step() const {
 }
 
 void BranchImpl::PrepareForDecoding(const DecodeStepOptions& options) {
-  if (is_cross()) return;
+  if (is_cross()) {
+    attention_->PrepareCrossForDecoding();
+    return;
+  }
   if (is_attention()) {
     attention_->PrepareForDecoding(options);
   } else {

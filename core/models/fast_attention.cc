@@ -264,7 +264,8 @@ torch::Tensor FastAttentionImpl::Scan(const torch::Tensor& qk, const torch::Tens
   torch::Tensor key_max = state[kStateKeyMax].view({c * heads});
   torch::Tensor sums = state[kStateValueSum].view({c * heads, d + 1});
   if (kv.is_cuda()) {
-    // Each token one launch of the step's kernel, its projection included.
+    // The tokens in order, each with the step kernel's body, its projection
+    // included (one launch).
     return ScanProjectedSoftmaxKernelState(
                kv, key_max, sums, qk.reshape({c, t, 2, heads, qk.size(-1)}), scaled_projection_t_,
                values, kSoftmaxKernelEps, kCausalDenominatorEps)
@@ -283,8 +284,23 @@ torch::Tensor FastAttentionImpl::Summarize(const torch::Tensor& k, const torch::
 
 torch::Tensor FastAttentionImpl::AttendSummary(const torch::Tensor& q,
                                                const torch::Tensor& kv) const {
+  if (feature_map_.kind == FeatureKind::kSoftmax && scaled_projection_t_.defined() &&
+      q.scalar_type() == torch::kFloat && ReadOutProjectedSoftmaxSupported(kv)) {
+    // Row-invariant CUDA: each row's query features and read-out in one
+    // block (core/attention/row_invariance.h).
+    return ReadOutProjectedSoftmaxKernelState(kv, q, scaled_projection_t_, kSoftmaxKernelEps);
+  }
   const int64_t rows = q.size(0), heads = q.size(1), d = kv.size(-1) - 1, m = kv.size(-2);
-  torch::Tensor qf = QueryFeatures(q);
+  torch::Tensor qf;
+  if (feature_map_.kind == FeatureKind::kSoftmax && ProjectsRowInvariantly(q) &&
+      q.device().is_cpu()) {
+    // The CPU's row-invariant product and diagonal (SoftmaxInputs), so that
+    // a token's read-out does not depend on the other rows.
+    auto [u, diag] = SoftmaxInputs(q);
+    qf = Ratio(m) * (torch::exp(u - (diag + u.amax(-1)).unsqueeze(-1)).add_(kSoftmaxKernelEps));
+  } else {
+    qf = RowFeatures(q, /*is_query=*/true);
+  }
   torch::Tensor out =
       torch::bmm(qf.reshape({rows * heads, 1, m}), kv.reshape({rows * heads, m, d + 1}))
           .view({rows, heads, d + 1});

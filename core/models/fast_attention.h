@@ -113,7 +113,10 @@ class FastAttentionImpl : public torch::nn::Module {
 
   // Non-causal constant summary of a context (cross attention): kv [b, h, m, d+1].
   torch::Tensor Summarize(const torch::Tensor& k, const torch::Tensor& v) const;
-  // q [B, h, d] against a summary [B, h, m, d+1] -> [B, h, d].
+  // q [B, h, d] against a summary [B, h, m, d+1] -> [B, h, d]. FAVOR+ heads
+  // prepared for decoding form each row's query features alone where
+  // RowInvariantOn the device: on the CPU with the row-invariant product
+  // (SoftmaxInputs), on CUDA in the read-out's launch.
   torch::Tensor AttendSummary(const torch::Tensor& q, const torch::Tensor& kv) const;
 
   FeatureKind feature_kind() const { return feature_map_.kind; }

@@ -258,6 +258,8 @@ torch::Tensor PerformerAttentionImpl::SummarizeContext(const torch::Tensor& cont
   return fast_attention_->Summarize(k, v);
 }
 
+void PerformerAttentionImpl::PrepareCrossForDecoding() { fast_attention_->PrepareForDecoding(); }
+
 torch::Tensor PerformerAttentionImpl::CrossStep(const torch::Tensor& x,
                                                 const torch::Tensor& summary) {
   const int64_t rows = x.size(0), h = options_.heads, d = options_.dim_head;

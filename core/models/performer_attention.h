@@ -101,6 +101,9 @@ class PerformerAttentionImpl : public torch::nn::Module {
                           const InterleavedRotary& rotary, const torch::Tensor& positions,
                           torch::TensorList state, bool chunk = false);
 
+  // PrepareForDecoding's part for cross attention: the scaled projection
+  // that CrossStep's read-out takes (FastAttention::PrepareForDecoding).
+  void PrepareCrossForDecoding();
   // Cross attention: the constant summary of a context [b, m, dim] -> [b, h, m', d + 1].
   torch::Tensor SummarizeContext(const torch::Tensor& context, const torch::Tensor& context_mask);
   // Cross attention step: x [B, dim] against summaries [B, h, m', d + 1].

@@ -2,6 +2,7 @@
 
 #include "core/attention/linear_rows.h"
 #include "core/attention/linear_weights.h"
+#include "core/attention/row_norm.h"
 #include "core/models/model_weights.h"
 
 namespace performer::models {
@@ -83,7 +84,7 @@ torch::Tensor PerformerLMImpl::StepHead(const torch::Tensor& x) {
     head.weight_scales = step_head_scales_;
     return FusedLinearRows(x, step_head_weight_, head);
   }
-  torch::Tensor h = norm_(x);
+  torch::Tensor h = LayerNormRows(norm_, x);
   return config_.tie_embed ? LinearRows(token_emb_->weight, torch::Tensor(), h)
                            : LinearRows(to_out_, h);
 }

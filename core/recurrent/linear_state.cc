@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kernels/causal_linear_prefill.h"
+#include "kernels/favor_projected_read_out.h"
 #include "kernels/linear_state_step.h"
 
 namespace performer {
@@ -88,6 +89,17 @@ torch::Tensor ScanProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::
                                               double denominator_eps) {
   return kernels::FavorProjectedStateScan(state_rows, key_max, sums, head_inputs, projection_t, v,
                                           kernel_eps, denominator_eps);
+}
+
+bool ReadOutProjectedSoftmaxSupported(const torch::Tensor& state) {
+  return kernels::FavorProjectedReadOutSupported(state);
+}
+
+torch::Tensor ReadOutProjectedSoftmaxKernelState(const torch::Tensor& state,
+                                                 const torch::Tensor& head_inputs,
+                                                 const torch::Tensor& projection_t,
+                                                 double kernel_eps) {
+  return kernels::FavorProjectedReadOut(state, head_inputs, projection_t, kernel_eps);
 }
 
 }  // namespace performer

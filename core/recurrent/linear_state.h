@@ -80,4 +80,15 @@ torch::Tensor ScanProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::
                                               const torch::Tensor& v, double kernel_eps,
                                               double denominator_eps);
 
+// Cross attention's read-out of fixed FAVOR+ states [R, H, M, D + 1] (R may
+// be an expanded dimension) by queries head_inputs [R, H, Dh] whose features
+// it forms, projection_t [Dh, M] = (Dh^-1/4 P)^T: [R, H, D]
+// (kernels::FavorProjectedReadOut). Only where
+// ReadOutProjectedSoftmaxSupported: on CUDA whose kernels are row-invariant.
+bool ReadOutProjectedSoftmaxSupported(const torch::Tensor& state);
+torch::Tensor ReadOutProjectedSoftmaxKernelState(const torch::Tensor& state,
+                                                 const torch::Tensor& head_inputs,
+                                                 const torch::Tensor& projection_t,
+                                                 double kernel_eps);
+
 }  // namespace performer

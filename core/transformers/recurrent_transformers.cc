@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/attention/linear_rows.h"
+#include "core/attention/row_norm.h"
 
 namespace performer {
 namespace {
@@ -87,12 +88,13 @@ torch::Tensor RecurrentTransformerEncoderLayerImpl::ForwardSlots(const torch::Te
 
 torch::Tensor RecurrentTransformerEncoderLayerImpl::AfterAttention(const torch::Tensor& x,
                                                                    const torch::Tensor& attended) {
-  // ApplyLinear: the module's forward under autograd, a skinny product for
-  // the few rows of a decode step.
-  torch::Tensor h = norm1->forward(x + dropout->forward(attended));
+  // ApplyLinear and LayerNormRows: the modules' forwards under autograd,
+  // each row computed alone in inference (core/attention/linear_rows.h,
+  // core/attention/row_norm.h).
+  torch::Tensor h = LayerNormRows(norm1, x + dropout->forward(attended));
   torch::Tensor y = dropout->forward(ApplyActivation(activation_, ApplyLinear(linear1, h)));
   y = dropout->forward(ApplyLinear(linear2, y));
-  return norm2->forward(h + y);
+  return LayerNormRows(norm2, h + y);
 }
 
 std::optional<ParamValue> RecurrentTransformerEncoderLayerImpl::attribute(
@@ -178,7 +180,7 @@ torch::Tensor RecurrentTransformerEncoderImpl::ForwardSlots(const torch::Tensor&
               " layers of slot rows for ", layers_.size(), " layers");
   torch::Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i]->ForwardSlots(h, rows[i]);
-  return norm_.is_empty() ? h : norm_->forward(h);
+  return norm_.is_empty() ? h : LayerNormRows(norm_, h);
 }
 
 RecurrentTransformerDecoderImpl::RecurrentTransformerDecoderImpl(

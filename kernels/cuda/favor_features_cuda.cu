@@ -8,6 +8,7 @@
 #include "kernels/cuda/favor_features_cuda.h"
 #include "kernels/cuda/float_conversion.cuh"
 #include "kernels/cuda/launch_status.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace performer::kernels::cuda {
 namespace {
@@ -57,9 +58,7 @@ __global__ void SpanMaxKernel(const float* __restrict__ u, float* __restrict__ s
   const float* values = u + static_cast<int64_t>(blockIdx.x) * span;
   float m = -CUDART_INF_F;
   for (int64_t i = threadIdx.x; i < span; i += blockDim.x) m = fmaxf(m, values[i]);
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  }
+  m = WarpMax(m);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (lane == 0) warp_max[warp] = m;
   __syncthreads();

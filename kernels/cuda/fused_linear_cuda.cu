@@ -7,6 +7,7 @@
 #include "kernels/cuda/float_conversion.cuh"
 #include "kernels/cuda/fused_linear_cuda.h"
 #include "kernels/cuda/launch_status.cuh"
+#include "kernels/cuda/row_statistics.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace performer::kernels::cuda {
@@ -17,21 +18,6 @@ constexpr int kThreads = kWarpsPerBlock * 32;
 // Shared memory a block may use for its rows of x without opting in.
 constexpr int64_t kDefaultSharedBytes = 48 * 1024;
 
-// LayerNorm's statistics of one row of `in` floats, by the 32 lanes of a
-// warp: the mean first, then the variance about it (the reference's two
-// passes). Every lane gets {mean, 1 / sqrt(variance + eps)}.
-__device__ float2 RowStatistics(const float* row, int64_t in, float eps, int lane) {
-  float sum = 0.0f;
-  for (int64_t i = lane; i < in; i += 32) sum += row[i];
-  const float mean = WarpSum(sum) / static_cast<float>(in);
-  float squares = 0.0f;
-  for (int64_t i = lane; i < in; i += 32) {
-    const float d = row[i] - mean;
-    squares += d * d;
-  }
-  return make_float2(mean, rsqrtf(WarpSum(squares) / static_cast<float>(in) + eps));
-}
-
 // The shared rows of x, normalised in place when the layer has a norm: a
 // warp per row (RowStatistics over `in` floats in shared memory).
 __device__ void NormalizeRows(const FusedLinearArgs& a, float* xs, int rows) {
@@ -40,10 +26,9 @@ __device__ void NormalizeRows(const FusedLinearArgs& a, float* xs, int rows) {
   for (int r = warp; r < rows; r += kWarpsPerBlock) {
     float* row = xs + r * in;
     const float2 stats = RowStatistics(row, in, a.norm_eps, lane);
-    const float mean = stats.x, rstd = stats.y;
     for (int64_t i = lane; i < in; i += 32) {
       const float b = a.norm_bias != nullptr ? a.norm_bias[i] : 0.0f;
-      row[i] = (row[i] - mean) * rstd * a.norm_weight[i] + b;
+      row[i] = LayerNormElement(row[i], stats, a.norm_weight[i], b);
     }
   }
 }
@@ -295,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) FusedLinearMmaKernel(FusedLinearArgs
         v = a.x[(row0 + r) * in + i];
         if (a.norm_weight != nullptr) {
           const float b = a.norm_bias != nullptr ? a.norm_bias[i] : 0.0f;
-          v = (v - mean_s[r]) * rstd_s[r] * a.norm_weight[i] + b;
+          v = LayerNormElement(v, make_float2(mean_s[r], rstd_s[r]), a.norm_weight[i], b);
         }
       }
       const __nv_bfloat16 h = __float2bfloat16_rn(v);

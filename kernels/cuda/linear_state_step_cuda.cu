@@ -18,14 +18,6 @@ constexpr int kQueryShift = 1;
 constexpr int kKeyShift = 2;
 constexpr int kQuerySum = 3;
 constexpr int kDenominator = 4;
-
-__device__ float WarpMax(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  }
-  return x;
-}
-
 constexpr int kNewKeyMax = 5;
 constexpr int kLastBlock = 6;
 

@@ -18,13 +18,6 @@ __device__ __forceinline__ float RotatedElement(const float* x, int64_t i, int64
   return __fadd_rn(__fmul_rn(__fmul_rn(x[i], scale), c[i]), __fmul_rn(rotated, s[i]));
 }
 
-__device__ __forceinline__ float WarpMax(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
-}
-
 __global__ void __launch_bounds__(kLanes) WindowedRingAttentionKernel(WindowedRingAttentionArgs a) {
   extern __shared__ float shared[];
   const int64_t d = a.d, w = a.w, ring = 2 * w;

@@ -2,10 +2,13 @@
 // sequence was fed (one prompt, prompt chunks of any size, steps, a restored
 // snapshot taken at any token) and whatever shares its batch: on the default
 // model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
-// generalized-kernel and projection-free PerformerLMs, and fast-transformers'
-// causal linear attention; and on a GPU under kernels::CudaRowInvariance()
-// (the Cuda cases, which skip without one), the PerformerLMs in float32 and
-// bfloat16.
+// generalized-kernel and projection-free PerformerLMs, PerformerLMs with
+// ScaleNorm and token shift or ReZero, an encoder-decoder, and
+// fast-transformers' causal linear attention; and on a GPU under
+// kernels::CudaRowInvariance() (the Cuda cases, which skip without one), the
+// PerformerLMs in float32 and bfloat16, the encoder-decoder and
+// fast-transformers' causal linear attention with elu features (not
+// fast-transformers' Favor, whose features keep tensor ops there).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -48,20 +51,35 @@ std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t seed) {
   return tokens;
 }
 
+// The first chunk's request: `prompt`, and for an encoder-decoder a source
+// that `seed` picks (each sequence of a batch its own).
+PrefillRequest FirstChunk(const SequenceDecoder& decoder, std::vector<int64_t> prompt,
+                          int64_t seed) {
+  PrefillRequest request{std::move(prompt), {}, {}};
+  const DecoderInfo& info = decoder.info();
+  if (info.needs_source) {
+    request.source =
+        Prompt(std::min<int64_t>(19 + seed, info.max_source_len), info.source_vocab_size, seed + 3);
+  }
+  return request;
+}
+
 // `wanted` tokens, or fewer where the model's positions end sooner (room
 // for the steps after).
 int64_t PromptLength(const SequenceDecoder& decoder, int64_t wanted) {
   return std::min(wanted, decoder.info().max_seq_len - 8);
 }
 
-// Feeds `prompt` in chunks of `chunk` (the first through Prefill), then
-// `steps` greedy steps; returns every logits row after the prompt.
+// Feeds `prompt` in chunks of `chunk` (the first through Prefill, with the
+// source `seed` picks), then `steps` greedy steps; returns every logits row
+// after the prompt.
 std::vector<torch::Tensor> Feed(SequenceDecoder& decoder, const std::vector<int64_t>& prompt,
-                                size_t chunk, int steps) {
+                                size_t chunk, int steps, int64_t seed = 0) {
   SequenceId id = *decoder.Create();
   const size_t first = std::min(chunk, prompt.size());
-  absl::StatusOr<torch::Tensor> logits =
-      decoder.Prefill(id, {{prompt.begin(), prompt.begin() + static_cast<int64_t>(first)}, {}, {}});
+  absl::StatusOr<torch::Tensor> logits = decoder.Prefill(
+      id,
+      FirstChunk(decoder, {prompt.begin(), prompt.begin() + static_cast<int64_t>(first)}, seed));
   EXPECT_TRUE(logits.ok()) << logits.status();
   for (size_t done = first; done < prompt.size(); done += chunk) {
     const size_t end = std::min(prompt.size(), done + chunk);
@@ -108,7 +126,7 @@ void ExpectBatchCompanionsChangeNoBit(const Case& c) {
   for (int r = 0; r < kRows; ++r) {
     ids.push_back(*decoder->Create());
     absl::StatusOr<torch::Tensor> logits =
-        decoder->Prefill(ids.back(), {Prompt(5 + r, vocab, r), {}, {}});
+        decoder->Prefill(ids.back(), FirstChunk(*decoder, Prompt(5 + r, vocab, r), r));
     ASSERT_TRUE(logits.ok()) << logits.status();
     next.push_back(logits->argmax().item<int64_t>());
   }
@@ -121,11 +139,12 @@ void ExpectBatchCompanionsChangeNoBit(const Case& c) {
   }
   std::unique_ptr<SequenceDecoder> alone = MakeDecoder(c, 1);
   ExpectSameBits(
-      Feed(*alone, Prompt(5 + 7, vocab, 7), 64, 4),
+      Feed(*alone, Prompt(5 + 7, vocab, 7), 64, 4, 7),
       [&] {
         std::vector<torch::Tensor> rows;
         SequenceId id = *decoder->Create();
-        rows.push_back(decoder->Prefill(id, {Prompt(5 + 7, vocab, 7), {}, {}})->clone());
+        rows.push_back(
+            decoder->Prefill(id, FirstChunk(*decoder, Prompt(5 + 7, vocab, 7), 7))->clone());
         rows.insert(rows.end(), together.begin(), together.end());
         return rows;
       }(),
@@ -140,7 +159,8 @@ void ExpectARestoredStateToContinueBitForBit(const Case& c) {
   // A snapshot after 37 tokens, restored into a fresh sequence, then the rest
   // of the prompt as one chunk.
   SequenceId first = *decoder->Create();
-  ASSERT_TRUE(decoder->Prefill(first, {{prompt.begin(), prompt.begin() + 37}, {}, {}}).ok());
+  ASSERT_TRUE(
+      decoder->Prefill(first, FirstChunk(*decoder, {prompt.begin(), prompt.begin() + 37}, 0)).ok());
   absl::StatusOr<StateSnapshot> snapshot = decoder->Snapshot(first);
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   ASSERT_TRUE(decoder->Release(first).ok());
@@ -207,6 +227,46 @@ models::LoadedModel NoProjectionLM() {
   return models::testing::RandomLM(config, 7);
 }
 
+// The branch variants that keep separate ops in a step: ScaleNorm with token
+// shift, and ReZero.
+models::LoadedModel ScaleNormShiftLM() {
+  models::PerformerLMConfig config = models::testing::TinyLMConfig();
+  config.max_seq_len = 256;
+  config.nb_features = 16;
+  config.use_scalenorm = true;
+  config.shift_tokens = true;
+  return models::testing::RandomLM(config, 8);
+}
+
+models::LoadedModel ReZeroLM() {
+  models::PerformerLMConfig config = models::testing::TinyLMConfig();
+  config.max_seq_len = 256;
+  config.nb_features = 16;
+  config.use_rezero = true;
+  return models::testing::RandomLM(config, 10);
+}
+
+// An encoder-decoder: FAVOR+ self attention in both stacks and the decoder's
+// cross attention over the encoded source.
+models::LoadedModel EncoderDecoder() {
+  models::PerformerEncDecConfig config;
+  config.dim = 16;
+  config.enc = models::testing::TinyLMConfig();
+  config.enc.causal = false;
+  config.enc.max_seq_len = 64;
+  config.enc.nb_features = 16;
+  config.dec = models::testing::TinyLMConfig();
+  config.dec.max_seq_len = 256;
+  config.dec.nb_features = 16;
+  config.dec.cross_attend = true;
+  models::LoadedModel model;
+  model.model_class = models::ModelClass::kPerformerEncDec;
+  model.encdec = models::PerformerEncDec(config);
+  models::testing::Randomize(*model.encdec, 11);
+  model.encdec->eval();
+  return model;
+}
+
 models::LoadedModel FastTransformersLinearLM() {
   nlohmann::json config = {{"model_class", "FastTransformersLM"},
                            {"num_tokens", 29},
@@ -269,6 +329,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"generalized_relu", [] { return GeneralizedLM(KernelFunction::kReLU); }},
                       Case{"generalized_gelu", [] { return GeneralizedLM(KernelFunction::kGELU); }},
                       Case{"no_projection", NoProjectionLM},
+                      Case{"scalenorm_shift_tokens", ScaleNormShiftLM}, Case{"rezero", ReZeroLM},
+                      Case{"encoder_decoder", EncoderDecoder},
                       Case{"fast_transformers_linear", FastTransformersLinearLM},
                       Case{"fast_transformers_favor", FastTransformersFavorLM}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
@@ -280,7 +342,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16, true},
                       Case{"generalized_relu", [] { return GeneralizedLM(KernelFunction::kReLU); },
                            models::WeightDtype::kFloat32, true},
-                      Case{"no_projection", NoProjectionLM, models::WeightDtype::kFloat32, true}),
+                      Case{"no_projection", NoProjectionLM, models::WeightDtype::kFloat32, true},
+                      Case{"scalenorm_shift_tokens", ScaleNormShiftLM,
+                           models::WeightDtype::kFloat32, true},
+                      Case{"rezero", ReZeroLM, models::WeightDtype::kFloat32, true},
+                      Case{"encoder_decoder", EncoderDecoder, models::WeightDtype::kFloat32, true},
+                      Case{"fast_transformers_linear", FastTransformersLinearLM,
+                           models::WeightDtype::kFloat32, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -276,9 +276,11 @@ inline int atomicAdd(int* address, int value) {
 // Correctly rounded single operations (never contracted: the emulated
 // sources are compiled with -ffp-contract=off).
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __fsqrt_rn(float x) { return std::sqrt(x); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline float fmaf(float a, float b, float c) { return std::fma(a, b, c); }

@@ -1,0 +1,77 @@
+#include "kernels/row_norm.h"
+
+#include <torch/torch.h>
+
+#include <initializer_list>
+
+#include "kernels/cuda_row_invariance.h"
+#include "kernels/device_check.h"
+#if PERFORMER_CUDA_KERNELS
+#include "kernels/cuda/row_norm_launch.h"
+#endif
+
+namespace performer::kernels {
+namespace {
+
+// Whether the rows of x run the CUDA kernel: float32 CUDA rows under
+// CudaRowInvariance(), in a build that compiled kernels/cuda, where no
+// gradient is wanted (a training forward keeps ATen's differentiable ops).
+bool OwnKernel(const torch::Tensor& x, std::initializer_list<const torch::Tensor*> parameters) {
+  if (!x.is_cuda() || x.scalar_type() != torch::kFloat || x.size(-1) == 0 ||
+      !RowInvariantOn(x.device())) {
+    return false;
+  }
+  if (!at::GradMode::is_enabled()) return true;
+  if (x.requires_grad()) return false;
+  for (const torch::Tensor* p : parameters) {
+    if (p->defined() && p->requires_grad()) return false;
+  }
+  return true;
+}
+
+// x as a contiguous (rows, cols) matrix.
+torch::Tensor Matrix(const torch::Tensor& x) { return x.reshape({-1, x.size(-1)}).contiguous(); }
+
+// A float32 contiguous copy of an optional per-column operand.
+torch::Tensor Columns(const torch::Tensor& t, int64_t cols, const char* op, const char* name) {
+  if (!t.defined()) return t;
+  TORCH_CHECK(t.numel() == cols, op, ": ", name, " must have ", cols, " elements, got ", t.sizes());
+  return t.to(torch::kFloat).contiguous();
+}
+
+}  // namespace
+
+torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
+                            const torch::Tensor& bias, double eps) {
+  const char* op = "LayerNormRows";
+  CheckKernelDevice(op, x, {&weight, &bias}, /*cuda_kernel=*/true);
+  TORCH_CHECK(x.dim() >= 1, op, ": x needs a last dimension");
+  const int64_t cols = x.size(-1);
+  if (!OwnKernel(x, {&weight, &bias})) {
+    return at::layer_norm(x, {cols}, weight, bias, eps);
+  }
+#if PERFORMER_CUDA_KERNELS
+  return cuda::LayerNormRowsCuda(Matrix(x), Columns(weight, cols, op, "weight"),
+                                 Columns(bias, cols, op, "bias"), eps)
+      .view(x.sizes());
+#else
+  TORCH_CHECK(false, op, ": this build has no CUDA kernels");
+#endif
+}
+
+torch::Tensor ScaleNormRows(const torch::Tensor& x, const torch::Tensor& g, double eps) {
+  const char* op = "ScaleNormRows";
+  CheckKernelDevice(op, x, {&g}, /*cuda_kernel=*/true);
+  TORCH_CHECK(x.dim() >= 1, op, ": x needs a last dimension");
+  TORCH_CHECK(g.numel() == 1, op, ": g must have one element, got ", g.sizes());
+  if (!OwnKernel(x, {&g})) {
+    return x / x.norm(2, -1, /*keepdim=*/true).clamp_min(eps) * g;
+  }
+#if PERFORMER_CUDA_KERNELS
+  return cuda::ScaleNormRowsCuda(Matrix(x), g.to(torch::kFloat).contiguous(), eps).view(x.sizes());
+#else
+  TORCH_CHECK(false, op, ": this build has no CUDA kernels");
+#endif
+}
+
+}  // namespace performer::kernels
