@@ -200,11 +200,7 @@ TEST(DecodeStepOptionsTest, EncoderDecoderServesEveryLayerInTheDtype) {
   std::vector<torch::Tensor> reference;
   for (WeightDtype dtype : {WeightDtype::kFloat32, WeightDtype::kBFloat16, WeightDtype::kInt8}) {
     SCOPED_TRACE(models::WeightDtypeName(dtype));
-    models::LoadedModel model;
-    model.model_class = models::ModelClass::kPerformerEncDec;
-    model.encdec = models::PerformerEncDec(config);
-    models::testing::Randomize(*model.encdec, 5);
-    model.encdec->eval();
+    models::LoadedModel model = models::testing::RandomEncDec(config, 5);
     PerformerDecoderOptions options;
     options.step.weight_dtype = dtype;
     absl::StatusOr<std::unique_ptr<PerformerDecoder>> decoder =

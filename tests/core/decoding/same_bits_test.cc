@@ -259,12 +259,7 @@ models::LoadedModel EncoderDecoder() {
   config.dec.max_seq_len = 256;
   config.dec.nb_features = 16;
   config.dec.cross_attend = true;
-  models::LoadedModel model;
-  model.model_class = models::ModelClass::kPerformerEncDec;
-  model.encdec = models::PerformerEncDec(config);
-  models::testing::Randomize(*model.encdec, 11);
-  model.encdec->eval();
-  return model;
+  return models::testing::RandomEncDec(config, 11);
 }
 
 models::LoadedModel FastTransformersLinearLM() {

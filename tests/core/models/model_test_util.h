@@ -1,7 +1,7 @@
-// Small random Performer models for unit tests: a config, a model whose
-// parameters and buffers (projection matrices, positional tables) are all
-// random, and a folder on disk holding it; and a FastTransformersLM built
-// from its config.json with LibTorch's initialisation.
+// Small random Performer models for unit tests: a config, a model (LM or
+// encoder-decoder) whose parameters and buffers (projection matrices,
+// positional tables) are all random; and a FastTransformersLM built from
+// its config.json with LibTorch's initialisation.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -46,6 +46,15 @@ inline LoadedModel RandomLM(const PerformerLMConfig& config, uint64_t seed = 7) 
   m.lm = PerformerLM(config);
   Randomize(*m.lm, seed);
   m.lm->eval();
+  return m;
+}
+
+inline LoadedModel RandomEncDec(const PerformerEncDecConfig& config, uint64_t seed = 7) {
+  LoadedModel m;
+  m.model_class = models::ModelClass::kPerformerEncDec;
+  m.encdec = PerformerEncDec(config);
+  Randomize(*m.encdec, seed);
+  m.encdec->eval();
   return m;
 }
 

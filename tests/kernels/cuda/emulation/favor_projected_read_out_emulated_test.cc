@@ -88,7 +88,7 @@ TEST(FavorProjectedReadOutEmulationTest, RefusesWhatItCannotHold) {
   a.rows = 1, a.heads = 1, a.head_dim = 64, a.features = 256, a.columns = 1;
   EXPECT_STREQ(emulated::FavorProjectedReadOutForward(a, nullptr),
                "the read-out needs D, M, E and heads >= 1");
-  a.columns = 12 * 1024;
+  a.columns = int64_t{12} * 1024;
   EXPECT_STREQ(emulated::FavorProjectedReadOutForward(a, nullptr),
                "D + M + E + 1 too large for the read-out kernel's shared memory");
 }
