@@ -80,24 +80,48 @@ absl::Status CheckSessionMetadata(const CallFacts& call, const v1::GenerateReque
       BoundUserText(wire.session_id()), "\": a proxy routes the turn by the metadata"));
 }
 
+// What asking the peers for a session left for the engine's answer to a
+// miss: the peers that could not be asked, and whether one of them did not
+// answer in time (and so may hold it).
+struct PeersMiss {
+  std::string note;
+  bool maybe_held = false;
+};
+
 // A turn of a session this replica does not hold: the peers are asked to
-// move it here first. NOT_FOUND from them is not an error here: the engine
-// then looks in the spill folder and answers the miss itself; `note` keeps
-// the peers that could not be asked, for that answer.
+// move it here first. A miss at the peers is not an error here: the engine
+// then looks in the spill folder and answers the miss itself, with `miss`.
 absl::Status BringSession(const GenerationStart& options, HostedModel& model,
-                          const GenerationRequest& r, std::string* note) {
+                          const GenerationRequest& r, PeersMiss* miss) {
   if (r.session_id.empty() || r.create_session || options.peers == nullptr ||
       !options.peers->enabled() || !ValidateSessionId(r.session_id).ok() ||
       model.engine->HoldsSession(r.session_id, r.owner)) {
     return absl::OkStatus();
   }
   absl::Status fetched = options.peers->Fetch(*model.engine, r.session_id, r.owner);
-  if (absl::IsNotFound(fetched)) {
-    *note = std::string(fetched.message());
+  if (absl::IsNotFound(fetched) || absl::IsDeadlineExceeded(fetched)) {
+    miss->note = std::string(fetched.message());
+    miss->maybe_held = absl::IsDeadlineExceeded(fetched);
     return absl::OkStatus();
   }
   if (absl::IsUnavailable(fetched)) model.engine->CountSessionPeerUnavailable();
   return fetched;
+}
+
+// The engine's answer to a turn, with what the peers left: a miss names the
+// peers that could not be asked, and becomes UNAVAILABLE (retry) when one
+// that may hold the session did not answer in time, since the session is
+// then not known to be lost.
+absl::Status AnswerMiss(absl::Status submitted, const PeersMiss& miss,
+                        const std::string& session_id, const std::string& model) {
+  if (!absl::IsNotFound(submitted) || miss.note.empty()) return submitted;
+  if (!miss.maybe_held) {
+    return absl::NotFoundError(absl::StrCat(submitted.message(), " (", miss.note, ")"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "session ", session_id, " of model ", model,
+      " is not here or in the spill folder, and a peer that may hold it did not answer in time (",
+      miss.note, "); retry the turn"));
 }
 
 }  // namespace
@@ -177,8 +201,9 @@ absl::Status StartGeneration(ModelRepository& repository, const GenerationStart&
   request->max_buffered_tokens = options.buffer_tokens;
   request->owner = caller.name;
   record.request_id = request->request_id;
-  std::string peers_note;
-  if (absl::Status s = BringSession(options, **model, *request, &peers_note); !s.ok()) return s;
+  PeersMiss peers_miss;
+  if (absl::Status s = BringSession(options, **model, *request, &peers_miss); !s.ok()) return s;
+  const std::string session_id = request->session_id;
   auto stream = std::make_shared<RequestStream>(options.buffer_tokens, options.tokens_per_message);
   // The listener is attached before the engine can produce anything.
   attach(request->request_id, stream);
@@ -189,10 +214,7 @@ absl::Status StartGeneration(ModelRepository& repository, const GenerationStart&
     submitted = absl::ResourceExhaustedError(
         absl::StrCat(submitted.message(), " (suggested retry after ", ms, " ms)"));
   }
-  if (absl::IsNotFound(submitted) && !peers_note.empty()) {
-    submitted = absl::NotFoundError(absl::StrCat(submitted.message(), " (", peers_note, ")"));
-  }
-  return submitted;
+  return AnswerMiss(std::move(submitted), peers_miss, session_id, (*model)->name);
 }
 
 }  // namespace performer::server

@@ -184,6 +184,7 @@ absl::Status SessionPeers::Fetch(Engine& engine, const std::string& session_id,
   request.set_owner(owner);
   request.set_fingerprint(FingerprintText(engine.fingerprint()));
   std::vector<std::string> unreachable;
+  bool silent = false;  // a peer that did not answer in time may hold it
   for (const Peer& peer : peers) {
     const std::string& address = peer.address;
     grpc::ClientContext context;
@@ -207,15 +208,19 @@ absl::Status SessionPeers::Fetch(Engine& engine, const std::string& session_id,
         return absl::UnavailableError(absl::StrCat(
             "session ", session_id, " of model ", engine.model_name(), " is held by peer ", address,
             ", where a turn of it is still running; retry when it ends"));
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        silent = true;
+        [[fallthrough]];
       default:
         unreachable.push_back(absl::StrCat(address, " (", status.error_message(), ")"));
     }
   }
-  return absl::NotFoundError(
-      unreachable.empty()
-          ? absl::StrCat("no peer holds session ", session_id)
-          : absl::StrCat("no reachable peer holds session ", session_id,
-                         "; peers that did not answer: ", absl::StrJoin(unreachable, ", ")));
+  if (unreachable.empty())
+    return absl::NotFoundError(absl::StrCat("no peer holds session ", session_id));
+  const std::string message =
+      absl::StrCat("no peer that answered holds session ", session_id,
+                   "; peers that did not answer: ", absl::StrJoin(unreachable, ", "));
+  return silent ? absl::DeadlineExceededError(message) : absl::NotFoundError(message);
 }
 
 }  // namespace performer::server

@@ -60,10 +60,14 @@ class SessionPeers {
   void SetSelfPort(int port);
 
   // Moves `owner`'s session `session_id` of `engine`'s model here. OK once
-  // imported; NOT_FOUND when no reachable peer holds it (the message names
-  // the peers that could not be asked); UNAVAILABLE when a peer holds it but
-  // cannot hand it over now (a turn of it runs there): the caller retries;
-  // another error of the import as it is.
+  // imported; NOT_FOUND when no peer that answered holds it and the others
+  // are down or refused the call (the message names them: a replica that
+  // refuses connections holds no session in memory); DEADLINE_EXCEEDED when
+  // no peer that answered holds it but one did not answer within the
+  // timeout, so it may hold it (the message names the peers that did not
+  // answer); UNAVAILABLE when a peer holds it but cannot hand it over now (a
+  // turn of it runs there): the caller retries; another error of the import
+  // as it is.
   absl::Status Fetch(Engine& engine, const std::string& session_id, const std::string& owner);
 
  private:

@@ -1,8 +1,12 @@
 // The state-reuse API over real gRPC (an in-process server on 127.0.0.1
 // over the repository's default model): Usage.cached_prompt_tokens, session
-// turns, DeleteSession / ExportSession / ImportSession and their errors.
-// Every call carries a deadline.
+// turns, DeleteSession / ExportSession / ImportSession and their errors,
+// sessions moved from peers. Every call carries a deadline.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -231,6 +235,78 @@ TEST_F(SessionServiceTest, ATurnOnAnotherReplicaMovesTheSessionFromItsPeer) {
   EXPECT_EQ(moved.session_position(), stayed.session_position());
   EXPECT_FALSE(server_->repository().Find("")->engine->HoldsSession("moving"));
   EXPECT_EQ((*other)->repository().Find("")->engine->Stats().sessions.moved_in, 1);
+}
+
+// A port on 127.0.0.1 that a peer list can name: listening but never
+// accepting (the kernel completes a connection, nothing answers: a peer too
+// slow to answer), or bound and not listening (connections are refused: a
+// replica that is down).
+class PeerPort {
+ public:
+  explicit PeerPort(bool listening) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    if (listening) {
+      EXPECT_EQ(listen(fd_, 16), 0);
+    }
+    socklen_t length = sizeof(address);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  }
+  ~PeerPort() { close(fd_); }
+  PeerPort(const PeerPort&) = delete;
+  PeerPort& operator=(const PeerPort&) = delete;
+
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_;
+  std::string address_;
+};
+
+// A turn of a session held neither here, in the spill folder nor at a peer
+// that answered: when a peer did not answer in time it may hold the
+// session, so the turn is UNAVAILABLE (retry), never NOT_FOUND, which tells
+// the client to start over; a peer that refuses connections is down and
+// holds nothing in memory, so without a silent one the turn is NOT_FOUND,
+// naming it.
+TEST_F(SessionServiceTest, APeerThatDidNotAnswerMakesAMissRetryable) {
+  const PeerPort silent(/*listening=*/true), down(/*listening=*/false);
+  RepositoryOptions options;
+  options.max_batch = 4;
+  options.engine.prefill_chunk_tokens = 32;
+  for (bool with_silent : {true, false}) {
+    SCOPED_TRACE(with_silent ? "a silent peer and a down one" : "a down peer");
+    SessionPeerOptions peer_options;
+    peer_options.peers = {down.address()};
+    if (with_silent) peer_options.peers.push_back(silent.address());
+    peer_options.timeout = absl::Milliseconds(300);
+    SessionPeers peers(peer_options);
+    ServiceOptions with_peers;
+    with_peers.peers = &peers;
+    absl::StatusOr<std::unique_ptr<InProcessServer>> replica =
+        InProcessServer::Start(options, with_peers);
+    ASSERT_TRUE(replica.ok()) << replica.status();
+    peers.SetSelfPort(-1);
+    v1::GenerateRequest turn = GreedyRequest("\nQ: Thanks.\nA:", 4);
+    turn.set_session_id("held-elsewhere");
+    v1::GenerateResponse response;
+    std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(60);
+    const grpc::Status status = (*replica)->NewStub()->Generate(context.get(), turn, &response);
+    const std::string& message = status.error_message();
+    EXPECT_NE(message.find(down.address()), std::string::npos) << message;
+    if (with_silent) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << message;
+      EXPECT_NE(message.find("did not answer in time"), std::string::npos) << message;
+      EXPECT_NE(message.find(silent.address() + " (Deadline Exceeded)"), std::string::npos)
+          << message;
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << message;
+      EXPECT_NE(message.find("not held by this replica"), std::string::npos) << message;
+    }
+  }
 }
 
 }  // namespace
