@@ -1,8 +1,6 @@
 #include "server/process/listener_watch.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,47 +8,12 @@
 #include <optional>
 #include <vector>
 
+#include "tests/testing/loopback_socket.h"
+
 namespace performer::server {
 namespace {
 
-// A TCP socket on 127.0.0.1, listening (never accepting) when `listen`.
-class Socket {
- public:
-  explicit Socket(bool listening) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    if (listening) {
-      EXPECT_EQ(listen(fd_, 16), 0);
-    }
-    socklen_t length = sizeof(address);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    port_ = ntohs(address.sin_port);
-  }
-  ~Socket() { close(fd_); }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-
-  int fd() const { return fd_; }
-  int port() const { return port_; }
-
-  // A client connection to this socket (the kernel completes it whether or
-  // not anyone accepts it).
-  int Connect() const {
-    const int client = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<uint16_t>(port_));
-    EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    return client;
-  }
-
- private:
-  int fd_;
-  int port_ = 0;
-};
+using Socket = testing::LoopbackSocket;
 
 TEST(AcceptQueueLengthTest, CountsTheConnectionsNobodyAccepted) {
   const Socket listener(/*listening=*/true);

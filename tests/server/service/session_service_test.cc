@@ -2,11 +2,7 @@
 // over the repository's default model): Usage.cached_prompt_tokens, session
 // turns, DeleteSession / ExportSession / ImportSession and their errors,
 // sessions moved from peers. Every call carries a deadline.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -16,6 +12,7 @@
 #include "server/service/generation_service.h"
 #include "server/service/session_peers.h"
 #include "tests/server/service/in_process_server.h"
+#include "tests/testing/loopback_socket.h"
 
 namespace performer::server {
 namespace {
@@ -237,35 +234,6 @@ TEST_F(SessionServiceTest, ATurnOnAnotherReplicaMovesTheSessionFromItsPeer) {
   EXPECT_EQ((*other)->repository().Find("")->engine->Stats().sessions.moved_in, 1);
 }
 
-// A port on 127.0.0.1 that a peer list can name: listening but never
-// accepting (the kernel completes a connection, nothing answers: a peer too
-// slow to answer), or bound and not listening (connections are refused: a
-// replica that is down).
-class PeerPort {
- public:
-  explicit PeerPort(bool listening) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    if (listening) {
-      EXPECT_EQ(listen(fd_, 16), 0);
-    }
-    socklen_t length = sizeof(address);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    address_ = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
-  }
-  ~PeerPort() { close(fd_); }
-  PeerPort(const PeerPort&) = delete;
-  PeerPort& operator=(const PeerPort&) = delete;
-
-  const std::string& address() const { return address_; }
-
- private:
-  int fd_;
-  std::string address_;
-};
-
 // A turn of a session held neither here, in the spill folder nor at a peer
 // that answered: when a peer did not answer in time it may hold the
 // session, so the turn is UNAVAILABLE (retry), never NOT_FOUND, which tells
@@ -273,7 +241,7 @@ class PeerPort {
 // holds nothing in memory, so without a silent one the turn is NOT_FOUND,
 // naming it.
 TEST_F(SessionServiceTest, APeerThatDidNotAnswerMakesAMissRetryable) {
-  const PeerPort silent(/*listening=*/true), down(/*listening=*/false);
+  const testing::LoopbackSocket silent(/*listening=*/true), down(/*listening=*/false);
   RepositoryOptions options;
   options.max_batch = 4;
   options.engine.prefill_chunk_tokens = 32;
