@@ -1,5 +1,6 @@
-// Device checks shared by the kernel entry points: every tensor of one call
-// must be on one device, and that device must have an implementation. Ops
+// Checks shared by the kernel entry points: every tensor of one call must be
+// on one device, and that device must have an implementation; optional
+// operands hold the elements the call needs. Ops
 // with a CUDA kernel pass cuda_kernel = true; they are refused on CUDA
 // tensors only when this build did not compile kernels/cuda.
 #pragma once
@@ -42,6 +43,17 @@ inline void CheckNoCudaGradients(const char* op,
                 ": no CUDA backward kernel; run under torch::NoGradGuard on CUDA, or "
                 "differentiate on the CPU");
   }
+}
+
+// A float32 contiguous copy of an optional operand (undefined stays
+// undefined), checked to hold `numel` elements: "<op>: <name> must have N
+// elements, got <sizes>".
+inline torch::Tensor FloatOperand(const char* op, const torch::Tensor& t, int64_t numel,
+                                  const char* name) {
+  if (!t.defined()) return t;
+  TORCH_CHECK(t.numel() == numel, op, ": ", name, " must have ", numel, " elements, got ",
+              t.sizes());
+  return t.to(torch::kFloat).contiguous();
 }
 
 }  // namespace performer::kernels

@@ -18,13 +18,8 @@ namespace {
 std::atomic<int64_t> cuda_max_rows{kDefaultCudaFusedLinearMaxRows};
 std::atomic<bool> cuda_tensor_cores{false};
 
-// A float32 contiguous copy of an optional operand, checked to hold `numel`
-// elements.
 torch::Tensor Operand(const torch::Tensor& t, int64_t numel, const char* name) {
-  if (!t.defined()) return t;
-  TORCH_CHECK(t.numel() == numel, "FusedLinear: ", name, " must have ", numel, " elements, got ",
-              t.sizes());
-  return t.to(torch::kFloat).contiguous();
+  return FloatOperand("FusedLinear", t, numel, name);
 }
 
 }  // namespace

@@ -32,13 +32,6 @@ bool OwnKernel(const torch::Tensor& x, std::initializer_list<const torch::Tensor
 // x as a contiguous (rows, cols) matrix.
 torch::Tensor Matrix(const torch::Tensor& x) { return x.reshape({-1, x.size(-1)}).contiguous(); }
 
-// A float32 contiguous copy of an optional per-column operand.
-torch::Tensor Columns(const torch::Tensor& t, int64_t cols, const char* op, const char* name) {
-  if (!t.defined()) return t;
-  TORCH_CHECK(t.numel() == cols, op, ": ", name, " must have ", cols, " elements, got ", t.sizes());
-  return t.to(torch::kFloat).contiguous();
-}
-
 }  // namespace
 
 torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
@@ -51,8 +44,8 @@ torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
     return at::layer_norm(x, {cols}, weight, bias, eps);
   }
 #if PERFORMER_CUDA_KERNELS
-  return cuda::LayerNormRowsCuda(Matrix(x), Columns(weight, cols, op, "weight"),
-                                 Columns(bias, cols, op, "bias"), eps)
+  return cuda::LayerNormRowsCuda(Matrix(x), FloatOperand(op, weight, cols, "weight"),
+                                 FloatOperand(op, bias, cols, "bias"), eps)
       .view(x.sizes());
 #else
   TORCH_CHECK(false, op, ": this build has no CUDA kernels");

@@ -17,6 +17,12 @@ namespace {
 
 double Ratio(int64_t nb_features) { return std::pow(static_cast<double>(nb_features), -0.5); }
 
+// exp(u - diag - max_f u) + kernel eps: the softmax kernel's query features
+// without their ratio, from the projections u [..., M] and diag [...].
+torch::Tensor QueryExponents(const torch::Tensor& u, const torch::Tensor& diag) {
+  return torch::exp(u - (diag + u.amax(-1)).unsqueeze(-1)).add_(kSoftmaxKernelEps);
+}
+
 }  // namespace
 
 FastAttentionImpl::FastAttentionImpl(const FastAttentionConfig& config)
@@ -180,8 +186,7 @@ torch::Tensor FastAttentionImpl::Step(const torch::Tensor& qk, const torch::Tens
         .view({rows, heads, d});
   }
   torch::Tensor uq = u.narrow(1, 0, heads), uk = u.narrow(1, heads, heads);
-  torch::Tensor q_features = torch::exp(uq - (diag.narrow(1, 0, heads) + uq.amax(-1)).unsqueeze(-1))
-                                 .add_(kSoftmaxKernelEps);
+  torch::Tensor q_features = QueryExponents(uq, diag.narrow(1, 0, heads));
   torch::Tensor new_max = torch::maximum(state_key_max, uk.amax(-1));
   torch::Tensor decay = torch::exp(state_key_max - new_max);
   torch::Tensor key_features =
@@ -297,7 +302,7 @@ torch::Tensor FastAttentionImpl::AttendSummary(const torch::Tensor& q,
     // The CPU's row-invariant product and diagonal (SoftmaxInputs), so that
     // a token's read-out does not depend on the other rows.
     auto [u, diag] = SoftmaxInputs(q);
-    qf = Ratio(m) * (torch::exp(u - (diag + u.amax(-1)).unsqueeze(-1)).add_(kSoftmaxKernelEps));
+    qf = Ratio(m) * QueryExponents(u, diag);
   } else {
     qf = RowFeatures(q, /*is_query=*/true);
   }
