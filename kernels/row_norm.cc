@@ -29,8 +29,10 @@ bool OwnKernel(const torch::Tensor& x, std::initializer_list<const torch::Tensor
   return true;
 }
 
+#if PERFORMER_CUDA_KERNELS
 // x as a contiguous (rows, cols) matrix.
 torch::Tensor Matrix(const torch::Tensor& x) { return x.reshape({-1, x.size(-1)}).contiguous(); }
+#endif
 
 }  // namespace
 
