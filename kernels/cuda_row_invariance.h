@@ -14,9 +14,9 @@
 //     layer whose blocks walk each state's tokens in order with the step
 //     kernel's body (instead of one chunkwise prefill);
 //   * kernels::WindowedRingAttention runs on CUDA;
-//   * kernels::LayerNormRows and ScaleNormRows run their own kernel (a warp
-//     per row);
-//   * kernels::FavorProjectedReadOut runs (cross attention's read-out, a
+//   * kernels::LayerNormRows, ScaleNormRows and SquaredNormRows run their
+//     own kernel (a warp per row);
+//   * the read-outs of kernels/state_read_out.h run (cross attention's, a
 //     block per row and head).
 // Models read it through core/attention/row_invariance.h. Off by
 // default: the GPU then keeps its fastest kernel for each shape, and only

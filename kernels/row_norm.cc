@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <initializer_list>
+#include <vector>
 
 #include "kernels/cuda_row_invariance.h"
 #include "kernels/device_check.h"
@@ -39,10 +40,11 @@ torch::Tensor Matrix(const torch::Tensor& x) { return x.reshape({-1, x.size(-1)}
 torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
                             const torch::Tensor& bias, double eps) {
   const char* op = "LayerNormRows";
-  CheckKernelDevice(op, x, {&weight, &bias}, /*cuda_kernel=*/true);
   TORCH_CHECK(x.dim() >= 1, op, ": x needs a last dimension");
+  const bool own = OwnKernel(x, {&weight, &bias});
+  CheckKernelDevice(op, x, {&weight, &bias}, /*cuda_kernel=*/own);
   const int64_t cols = x.size(-1);
-  if (!OwnKernel(x, {&weight, &bias})) {
+  if (!own) {
     return at::layer_norm(x, {cols}, weight, bias, eps);
   }
 #if PERFORMER_CUDA_KERNELS
@@ -56,14 +58,30 @@ torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
 
 torch::Tensor ScaleNormRows(const torch::Tensor& x, const torch::Tensor& g, double eps) {
   const char* op = "ScaleNormRows";
-  CheckKernelDevice(op, x, {&g}, /*cuda_kernel=*/true);
   TORCH_CHECK(x.dim() >= 1, op, ": x needs a last dimension");
   TORCH_CHECK(g.numel() == 1, op, ": g must have one element, got ", g.sizes());
-  if (!OwnKernel(x, {&g})) {
+  const bool own = OwnKernel(x, {&g});
+  CheckKernelDevice(op, x, {&g}, /*cuda_kernel=*/own);
+  if (!own) {
     return x / x.norm(2, -1, /*keepdim=*/true).clamp_min(eps) * g;
   }
 #if PERFORMER_CUDA_KERNELS
   return cuda::ScaleNormRowsCuda(Matrix(x), g.to(torch::kFloat).contiguous(), eps).view(x.sizes());
+#else
+  TORCH_CHECK(false, op, ": this build has no CUDA kernels");
+#endif
+}
+
+torch::Tensor SquaredNormRows(const torch::Tensor& x) {
+  const char* op = "SquaredNormRows";
+  TORCH_CHECK(x.dim() >= 1, op, ": x needs a last dimension");
+  const bool own = OwnKernel(x, {});
+  CheckKernelDevice(op, x, {}, /*cuda_kernel=*/own);
+  if (!own) return (x * x).sum(-1, /*keepdim=*/true);
+#if PERFORMER_CUDA_KERNELS
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = 1;
+  return cuda::SquaredNormRowsCuda(Matrix(x)).view(shape);
 #else
   TORCH_CHECK(false, op, ": this build has no CUDA kernels");
 #endif

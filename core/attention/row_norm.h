@@ -18,5 +18,8 @@ torch::Tensor LayerNormRows(const torch::nn::LayerNorm& norm, const torch::Tenso
 // x / max(||x||_2, eps) * g over the last dimension (performer-pytorch's
 // ScaleNorm).
 using kernels::ScaleNormRows;
+// ||x||_2^2 over the last dimension, kept with size 1 (the Favor feature
+// map's).
+using kernels::SquaredNormRows;
 
 }  // namespace performer

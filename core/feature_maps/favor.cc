@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/attention/row_norm.h"
+
 namespace performer {
 
 FavorImpl::FavorImpl(int64_t query_dimensions, const FavorOptions& options)
@@ -14,7 +16,8 @@ FavorImpl::FavorImpl(int64_t query_dimensions, const FavorOptions& options)
 
 torch::Tensor FavorImpl::forward(const torch::Tensor& x) {
   const torch::Tensor xs = x * std::sqrt(softmax_temp());
-  const torch::Tensor norm_x_squared = (xs * xs).sum(-1, /*keepdim=*/true);
+  // Each row's sum alone (core/attention/row_norm.h), as Project's product.
+  const torch::Tensor norm_x_squared = SquaredNormRows(xs);
   const torch::Tensor u = Project(xs);
 
   // exp(-|xs|^2/2) / sqrt(n_dims) is applied in log space.

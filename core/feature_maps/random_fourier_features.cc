@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/attention/linear_rows.h"
+#include "core/attention/row_invariance.h"
 
 namespace performer {
 
@@ -88,11 +89,13 @@ torch::Tensor RandomFourierFeaturesImpl::Project(const torch::Tensor& xs) const 
       omega_.scalar_type() == xs.scalar_type() ? omega_ : omega_.to(xs.scalar_type());
   const int64_t d = xs.size(-1);
   const int64_t rows = d > 0 ? xs.numel() / d : 0;
-  if (!torch::GradMode::is_enabled() && rows > 0 && xs.device().is_cpu() &&
+  if (!torch::GradMode::is_enabled() && rows > 0 && RowInvariantOn(xs.device()) &&
       xs.scalar_type() == torch::kFloat) {
-    // Inference: each row's features from one product in a fixed order
-    // (core/attention/linear_rows.h), the same bits whatever the other rows
-    // (a prompt's chunking, a step's batch), which sgemm does not promise.
+    // Inference on the CPU, and on CUDA under row invariance
+    // (core/attention/row_invariance.h): each row's features from one product
+    // in a fixed order (core/attention/linear_rows.h), the same bits whatever
+    // the other rows (a prompt's chunking, a step's batch), which sgemm and
+    // cuBLAS do not promise.
     std::vector<int64_t> shape = xs.sizes().vec();
     shape.back() = omega.size(1);
     return LinearRows(omega.t().contiguous(), torch::Tensor(), xs.reshape({rows, d}).contiguous())

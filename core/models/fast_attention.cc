@@ -289,8 +289,8 @@ torch::Tensor FastAttentionImpl::Summarize(const torch::Tensor& k, const torch::
 
 torch::Tensor FastAttentionImpl::AttendSummary(const torch::Tensor& q,
                                                const torch::Tensor& kv) const {
-  if (feature_map_.kind == FeatureKind::kSoftmax && scaled_projection_t_.defined() &&
-      q.scalar_type() == torch::kFloat && ReadOutProjectedSoftmaxSupported(kv)) {
+  const bool kernel = q.scalar_type() == torch::kFloat && ReadOutStateSupported(kv);
+  if (kernel && feature_map_.kind == FeatureKind::kSoftmax && scaled_projection_t_.defined()) {
     // Row-invariant CUDA: each row's query features and read-out in one
     // block (core/attention/row_invariance.h).
     return ReadOutProjectedSoftmaxKernelState(kv, q, scaled_projection_t_, kSoftmaxKernelEps);
@@ -305,6 +305,10 @@ torch::Tensor FastAttentionImpl::AttendSummary(const torch::Tensor& q,
     qf = Ratio(m) * QueryExponents(u, diag);
   } else {
     qf = RowFeatures(q, /*is_query=*/true);
+    // Row-invariant CUDA: generalized features from the row-invariant
+    // product (RowFeatures), softmax features row by row; the read-out a
+    // block per row and head.
+    if (kernel) return ReadOutLinearState(kv, qf.to(torch::kFloat));
   }
   torch::Tensor out =
       torch::bmm(qf.reshape({rows * heads, 1, m}), kv.reshape({rows * heads, m, d + 1}))

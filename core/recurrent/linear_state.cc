@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "kernels/causal_linear_prefill.h"
-#include "kernels/favor_projected_read_out.h"
 #include "kernels/linear_state_step.h"
+#include "kernels/state_read_out.h"
 
 namespace performer {
 
@@ -91,8 +91,12 @@ torch::Tensor ScanProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::
                                           kernel_eps, denominator_eps);
 }
 
-bool ReadOutProjectedSoftmaxSupported(const torch::Tensor& state) {
-  return kernels::FavorProjectedReadOutSupported(state);
+bool ReadOutStateSupported(const torch::Tensor& state) {
+  return kernels::StateReadOutSupported(state);
+}
+
+torch::Tensor ReadOutLinearState(const torch::Tensor& state, const torch::Tensor& query_features) {
+  return kernels::StateReadOut(state, query_features);
 }
 
 torch::Tensor ReadOutProjectedSoftmaxKernelState(const torch::Tensor& state,

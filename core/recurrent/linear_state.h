@@ -80,12 +80,14 @@ torch::Tensor ScanProjectedSoftmaxKernelState(torch::Tensor& state_rows, torch::
                                               const torch::Tensor& v, double kernel_eps,
                                               double denominator_eps);
 
-// Cross attention's read-out of fixed FAVOR+ states [R, H, M, D + 1] (R may
-// be an expanded dimension) by queries head_inputs [R, H, Dh] whose features
-// it forms, projection_t [Dh, M] = (Dh^-1/4 P)^T: [R, H, D]
-// (kernels::FavorProjectedReadOut). Only where
-// ReadOutProjectedSoftmaxSupported: on CUDA whose kernels are row-invariant.
-bool ReadOutProjectedSoftmaxSupported(const torch::Tensor& state);
+// Cross attention's read-out of fixed states [R, H, M, D + 1] (R may be an
+// expanded dimension): [R, H, D] (kernels/state_read_out.h). By given query
+// features [R, H, M] (ReadOutLinearState), or by FAVOR+ queries head_inputs
+// [R, H, Dh] whose features it forms, projection_t [Dh, M] = (Dh^-1/4 P)^T
+// (ReadOutProjectedSoftmaxKernelState). Only where ReadOutStateSupported: on
+// CUDA whose kernels are row-invariant.
+bool ReadOutStateSupported(const torch::Tensor& state);
+torch::Tensor ReadOutLinearState(const torch::Tensor& state, const torch::Tensor& query_features);
 torch::Tensor ReadOutProjectedSoftmaxKernelState(const torch::Tensor& state,
                                                  const torch::Tensor& head_inputs,
                                                  const torch::Tensor& projection_t,

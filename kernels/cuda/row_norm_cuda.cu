@@ -16,6 +16,11 @@ __global__ void __launch_bounds__(kThreads) RowNormKernel(RowNormArgs a) {
   if (r >= a.rows) return;  // a whole warp: WarpSum's lanes stay together
   const int64_t cols = a.cols;
   const float* x = a.x + r * cols;
+  if (a.kind == RowNormKind::kSquaredNorm) {
+    const float squares = RowSquaredNorm(x, cols, lane);
+    if (lane == 0) a.y[r] = squares;
+    return;
+  }
   float* y = a.y + r * cols;
   if (a.kind == RowNormKind::kLayerNorm) {
     const float2 stats = RowStatistics(x, cols, a.eps, lane);

@@ -1,8 +1,9 @@
 // CUDA kernel of kernels/row_norm.h, raw pointers + shapes in (contiguous
 // float32 device buffers):
 //
-//   kLayerNorm: y = (x - mean) / sqrt(var + eps) * weight + bias
-//   kScaleNorm: y = x / max(||x||_2, eps) * scale[0]
+//   kLayerNorm:   y = (x - mean) / sqrt(var + eps) * weight + bias
+//   kScaleNorm:   y = x / max(||x||_2, eps) * scale[0]
+//   kSquaredNorm: y = ||x||_2^2, one float per row (y is (rows, 1))
 //
 // for each row of x (rows, cols). A warp per row, four rows per block of 128
 // threads, each row reduced as kernels/cuda/row_statistics.cuh does (lane l
@@ -16,7 +17,7 @@
 
 namespace performer::kernels::cuda {
 
-enum class RowNormKind : int { kLayerNorm = 0, kScaleNorm = 1 };
+enum class RowNormKind : int { kLayerNorm = 0, kScaleNorm = 1, kSquaredNorm = 2 };
 
 struct RowNormArgs {
   RowNormKind kind;
@@ -25,7 +26,7 @@ struct RowNormArgs {
   const float* bias;    // [cols] or null (kLayerNorm)
   const float* scale;   // [1] (kScaleNorm)
   float eps;
-  float* y;  // [rows, cols]
+  float* y;  // [rows, cols]; [rows, 1] for kSquaredNorm
   int64_t rows, cols;
 };
 

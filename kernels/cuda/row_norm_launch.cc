@@ -13,7 +13,8 @@ const float* OptionalData(const torch::Tensor& t) {
 }
 
 torch::Tensor Launch(RowNormArgs a, const torch::Tensor& x) {
-  torch::Tensor y = torch::empty_like(x);
+  torch::Tensor y = a.kind == RowNormKind::kSquaredNorm ? torch::empty({x.size(0), 1}, x.options())
+                                                        : torch::empty_like(x);
   a.x = x.data_ptr<float>();
   a.y = y.data_ptr<float>();
   a.rows = x.size(0);
@@ -39,6 +40,12 @@ torch::Tensor ScaleNormRowsCuda(const torch::Tensor& x, const torch::Tensor& sca
   a.kind = RowNormKind::kScaleNorm;
   a.scale = scale.data_ptr<float>();
   a.eps = static_cast<float>(eps);
+  return Launch(a, x);
+}
+
+torch::Tensor SquaredNormRowsCuda(const torch::Tensor& x) {
+  RowNormArgs a{};
+  a.kind = RowNormKind::kSquaredNorm;
   return Launch(a, x);
 }
 

@@ -10,5 +10,7 @@ namespace performer::kernels::cuda {
 torch::Tensor LayerNormRowsCuda(const torch::Tensor& x, const torch::Tensor& weight,
                                 const torch::Tensor& bias, double eps);
 torch::Tensor ScaleNormRowsCuda(const torch::Tensor& x, const torch::Tensor& scale, double eps);
+// (rows, 1).
+torch::Tensor SquaredNormRowsCuda(const torch::Tensor& x);
 
 }  // namespace performer::kernels::cuda

@@ -2,7 +2,7 @@
 // row's length alone (lane l takes elements l, l + 32, ...; the lanes' sums
 // meet by WarpSum's butterfly), so a row's bits do not depend on the other
 // rows of a launch. The LayerNorm of FusedLinear's prologue and RowNorm's
-// kernel are this code.
+// kernel (its norms and squared norms) are this code.
 #pragma once
 
 #include <cstdint>
@@ -31,14 +31,19 @@ __device__ __forceinline__ float LayerNormElement(float v, float2 stats, float w
   return (v - stats.x) * stats.y * weight + bias;
 }
 
-// ScaleNorm's divisor of one row of `in` floats: max(||row||_2, eps), the
-// squares summed with fused multiply-adds in each lane's order. Every lane
-// gets it.
-__device__ __forceinline__ float RowScaleNormDivisor(const float* row, int64_t in, float eps,
-                                                     int lane) {
+// The sum of squares of one row of `in` floats, with fused multiply-adds in
+// each lane's order. Every lane gets it.
+__device__ __forceinline__ float RowSquaredNorm(const float* row, int64_t in, int lane) {
   float squares = 0.0f;
   for (int64_t i = lane; i < in; i += 32) squares = __fmaf_rn(row[i], row[i], squares);
-  return fmaxf(__fsqrt_rn(WarpSum(squares)), eps);
+  return WarpSum(squares);
+}
+
+// ScaleNorm's divisor of one row of `in` floats: max(||row||_2, eps). Every
+// lane gets it.
+__device__ __forceinline__ float RowScaleNormDivisor(const float* row, int64_t in, float eps,
+                                                     int lane) {
+  return fmaxf(__fsqrt_rn(RowSquaredNorm(row, in, lane)), eps);
 }
 
 }  // namespace performer::kernels::cuda

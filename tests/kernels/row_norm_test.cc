@@ -1,4 +1,5 @@
-// kernels::LayerNormRows and ScaleNormRows on the CPU: ATen's ops bit for bit
+// kernels::LayerNormRows, ScaleNormRows and SquaredNormRows on the CPU:
+// ATen's ops bit for bit
 // (the bits models have always had there), any leading shape, gradients kept,
 // and clear errors for operands of the wrong size.
 #include "kernels/row_norm.h"
@@ -27,6 +28,14 @@ TEST(RowNormTest, ScaleNormRowsIsTheReferenceExpressionBitForBit) {
   EXPECT_EQ(y.sizes(), x.sizes());
   EXPECT_TRUE(torch::equal(y, expected));
   EXPECT_TRUE(torch::equal(y[2][1], torch::zeros({16})));
+}
+
+TEST(RowNormTest, SquaredNormRowsIsTheSumOfSquaresBitForBit) {
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({4, 3, 19});
+  const torch::Tensor y = SquaredNormRows(x);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{4, 3, 1}));
+  EXPECT_TRUE(torch::equal(y, (x * x).sum(-1, /*keepdim=*/true)));
 }
 
 TEST(RowNormTest, KeepsGradientsOnTheCpu) {

@@ -3,12 +3,12 @@
 // snapshot taken at any token) and whatever shares its batch: on the default
 // model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
 // generalized-kernel and projection-free PerformerLMs, PerformerLMs with
-// ScaleNorm and token shift or ReZero, an encoder-decoder, and
-// fast-transformers' causal linear attention; and on a GPU under
-// kernels::CudaRowInvariance() (the Cuda cases, which skip without one), the
-// PerformerLMs in float32 and bfloat16, the encoder-decoder and
-// fast-transformers' causal linear attention with elu features (not
-// fast-transformers' Favor, whose features keep tensor ops there).
+// ScaleNorm and token shift or ReZero, encoder-decoders (FAVOR+,
+// generalized-kernel and projection-free cross attention), and
+// fast-transformers' causal linear attention with elu, Favor and random
+// Fourier features; and on a GPU under kernels::CudaRowInvariance() (the Cuda
+// cases, which skip without one), the PerformerLMs in float32 and bfloat16,
+// the encoder-decoders and fast-transformers' models.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -246,9 +246,12 @@ models::LoadedModel ReZeroLM() {
   return models::testing::RandomLM(config, 10);
 }
 
-// An encoder-decoder: FAVOR+ self attention in both stacks and the decoder's
-// cross attention over the encoded source.
-models::LoadedModel EncoderDecoder() {
+// An encoder-decoder: self attention in both stacks and the decoder's cross
+// attention over the encoded source, with FAVOR+ heads, generalized-kernel
+// heads in the decoder, or projection-free heads.
+enum class DecoderHeads { kFavor, kGeneralized, kNoProjection };
+
+models::LoadedModel EncoderDecoder(DecoderHeads heads = DecoderHeads::kFavor) {
   models::PerformerEncDecConfig config;
   config.dim = 16;
   config.enc = models::testing::TinyLMConfig();
@@ -259,6 +262,10 @@ models::LoadedModel EncoderDecoder() {
   config.dec.max_seq_len = 256;
   config.dec.nb_features = 16;
   config.dec.cross_attend = true;
+  config.dec.generalized_attention = heads == DecoderHeads::kGeneralized;
+  // The reference's no_projection is the whole model's.
+  config.no_projection = heads == DecoderHeads::kNoProjection;
+  config.enc.no_projection = config.dec.no_projection = config.no_projection;
   return models::testing::RandomEncDec(config, 11);
 }
 
@@ -275,6 +282,13 @@ models::LoadedModel FastTransformersLinearLM() {
                              {"feed_forward_dimensions", 32},
                              {"activation", "gelu"}}}};
   return models::testing::RandomFastTransformersLM(config, 9);
+}
+
+// fast-transformers' causal linear attention with random Fourier features.
+models::LoadedModel FastTransformersRffLM() {
+  nlohmann::json config = FastTransformersLinearLM().config;
+  config["encoder"]["feature_map"] = {{"type", "RandomFourierFeatures"}, {"n_dims", 16}};
+  return models::testing::RandomFastTransformersLM(config, 12);
 }
 
 class SameBitsTest : public ::testing::TestWithParam<Case> {};
@@ -325,25 +339,40 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"generalized_gelu", [] { return GeneralizedLM(KernelFunction::kGELU); }},
                       Case{"no_projection", NoProjectionLM},
                       Case{"scalenorm_shift_tokens", ScaleNormShiftLM}, Case{"rezero", ReZeroLM},
-                      Case{"encoder_decoder", EncoderDecoder},
+                      Case{"encoder_decoder", [] { return EncoderDecoder(); }},
+                      Case{"encoder_decoder_generalized",
+                           [] { return EncoderDecoder(DecoderHeads::kGeneralized); }},
+                      Case{"encoder_decoder_no_projection",
+                           [] { return EncoderDecoder(DecoderHeads::kNoProjection); }},
                       Case{"fast_transformers_linear", FastTransformersLinearLM},
-                      Case{"fast_transformers_favor", FastTransformersFavorLM}),
+                      Case{"fast_transformers_favor", FastTransformersFavorLM},
+                      Case{"fast_transformers_rff", FastTransformersRffLM}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
     Models, SameBitsCudaTest,
-    ::testing::Values(Case{"default_model", DefaultModel, models::WeightDtype::kFloat32, true},
-                      Case{"favor_fp32", FavorLM, models::WeightDtype::kFloat32, true},
-                      Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16, true},
-                      Case{"generalized_relu", [] { return GeneralizedLM(KernelFunction::kReLU); },
-                           models::WeightDtype::kFloat32, true},
-                      Case{"no_projection", NoProjectionLM, models::WeightDtype::kFloat32, true},
-                      Case{"scalenorm_shift_tokens", ScaleNormShiftLM,
-                           models::WeightDtype::kFloat32, true},
-                      Case{"rezero", ReZeroLM, models::WeightDtype::kFloat32, true},
-                      Case{"encoder_decoder", EncoderDecoder, models::WeightDtype::kFloat32, true},
-                      Case{"fast_transformers_linear", FastTransformersLinearLM,
-                           models::WeightDtype::kFloat32, true}),
+    ::testing::Values(
+        Case{"default_model", DefaultModel, models::WeightDtype::kFloat32, true},
+        Case{"favor_fp32", FavorLM, models::WeightDtype::kFloat32, true},
+        Case{"favor_bf16", FavorLM, models::WeightDtype::kBFloat16, true},
+        Case{"generalized_relu", [] { return GeneralizedLM(KernelFunction::kReLU); },
+             models::WeightDtype::kFloat32, true},
+        Case{"no_projection", NoProjectionLM, models::WeightDtype::kFloat32, true},
+        Case{"scalenorm_shift_tokens", ScaleNormShiftLM, models::WeightDtype::kFloat32, true},
+        Case{"rezero", ReZeroLM, models::WeightDtype::kFloat32, true},
+        Case{"encoder_decoder", [] { return EncoderDecoder(); }, models::WeightDtype::kFloat32,
+             true},
+        Case{"encoder_decoder_generalized",
+             [] { return EncoderDecoder(DecoderHeads::kGeneralized); },
+             models::WeightDtype::kFloat32, true},
+        Case{"encoder_decoder_no_projection",
+             [] { return EncoderDecoder(DecoderHeads::kNoProjection); },
+             models::WeightDtype::kFloat32, true},
+        Case{"fast_transformers_linear", FastTransformersLinearLM, models::WeightDtype::kFloat32,
+             true},
+        Case{"fast_transformers_favor", FastTransformersFavorLM, models::WeightDtype::kFloat32,
+             true},
+        Case{"fast_transformers_rff", FastTransformersRffLM, models::WeightDtype::kFloat32, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include "kernels/cuda/causal_linear_prefill_cuda.h"
 #include "kernels/cuda/clustering_cuda.h"
 #include "kernels/cuda/favor_features_cuda.h"
-#include "kernels/cuda/favor_projected_read_out_cuda.h"
 #include "kernels/cuda/fused_linear_cuda.h"
 #include "kernels/cuda/hashing_cuda.h"
 #include "kernels/cuda/linear_attention_cuda.h"
@@ -18,5 +17,6 @@
 #include "kernels/cuda/local_product_cuda.h"
 #include "kernels/cuda/row_norm_cuda.h"
 #include "kernels/cuda/sparse_product_cuda.h"
+#include "kernels/cuda/state_read_out_cuda.h"
 #include "kernels/cuda/windowed_ring_attention_cuda.h"
 #undef cuda

@@ -1,6 +1,6 @@
 // The row norm kernel of kernels/cuda/row_norm_cuda.cu run on the host
-// (cuda_emulation.h): LayerNorm and ScaleNorm against ATen's ops, a row's bits
-// the same among 1 to 37 rows, and its refusals.
+// (cuda_emulation.h): LayerNorm, ScaleNorm and the squared norm against
+// ATen's ops, a row's bits the same among 1 to 37 rows, and its refusals.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -15,7 +15,8 @@ namespace emulated = cuda_emulated;
 torch::Tensor Emulated(emulated::RowNormArgs a, const torch::Tensor& x, int64_t first,
                        int64_t count) {
   const torch::Tensor rows = x.narrow(0, first, count).contiguous();
-  torch::Tensor y = torch::empty_like(rows);
+  torch::Tensor y = a.kind == emulated::RowNormKind::kSquaredNorm ? torch::empty({count, 1})
+                                                                  : torch::empty_like(rows);
   a.x = rows.data_ptr<float>();
   a.y = y.data_ptr<float>();
   a.rows = count;
@@ -46,14 +47,16 @@ TEST_P(RowNormEmulationTest, MatchesAtenAndKeepsARowsBitsAmongOthers) {
   scale.kind = emulated::RowNormKind::kScaleNorm;
   scale.scale = g.data_ptr<float>();
   scale.eps = 1e-5f;
-  const torch::Tensor expected[] = {at::layer_norm(x, {cols}, w, b, 1e-5),
-                                    at::layer_norm(x, {cols}, {}, {}, 1e-5),
-                                    x / x.norm(2, -1, /*keepdim=*/true).clamp_min(1e-5) * g};
-  const emulated::RowNormArgs kinds[] = {layer, bare, scale};
-  for (int k = 0; k < 3; ++k) {
+  emulated::RowNormArgs squared{};
+  squared.kind = emulated::RowNormKind::kSquaredNorm;
+  const torch::Tensor expected[] = {
+      at::layer_norm(x, {cols}, w, b, 1e-5), at::layer_norm(x, {cols}, {}, {}, 1e-5),
+      x / x.norm(2, -1, /*keepdim=*/true).clamp_min(1e-5) * g, (x * x).sum(-1, /*keepdim=*/true)};
+  const emulated::RowNormArgs kinds[] = {layer, bare, scale, squared};
+  for (int k = 0; k < 4; ++k) {
     SCOPED_TRACE(k);
     const torch::Tensor all = Emulated(kinds[k], x, 0, rows);
-    // Outputs of order 1; ATen's layer norm forms x rstd - mean rstd, whose
+    // The norms' outputs of order 1; ATen's layer norm forms x rstd - mean rstd, whose
     // rounding leaves a few 1e-5 where the kernel's x - mean is exactly 0
     // (a single column).
     EXPECT_TRUE(torch::allclose(all, expected[k], 1e-4, 1e-4))
