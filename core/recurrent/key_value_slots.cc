@@ -27,7 +27,7 @@ KeyValueWindow AppendKeyValues(const torch::Tensor& keys, const torch::Tensor& v
   const int64_t live = rows.live_length;
   torch::Tensor t = torch::arange(live, index_options).view({1, 1, live});
   return {key_pool.narrow(1, 0, live), value_pool.narrow(1, 0, live),
-          (t <= at.unsqueeze(-1)).unsqueeze(1)};
+          (t <= at.unsqueeze(-1)).unsqueeze(1), at};
 }
 
 }  // namespace performer

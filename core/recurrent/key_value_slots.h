@@ -20,6 +20,7 @@ struct KeyValueWindow {
   torch::Tensor keys;     // [N, T', H, E], T' = rows.live_length
   torch::Tensor values;   // [N, T', H, D]
   torch::Tensor visible;  // [N, 1, n, T'] bool: key t is visible to token i of the call
+  torch::Tensor last;     // [N, n] int64: the position of token i, its last visible key
 };
 
 // keys [N, n, H, E], values [N, n, H, D]: stores them at positions

@@ -7,6 +7,7 @@
 #include "core/attention/attention.h"
 #include "core/recurrent/key_value_slots.h"
 #include "core/registry/param_spec.h"
+#include "kernels/causal_softmax_attention.h"
 
 namespace performer {
 namespace {
@@ -83,6 +84,13 @@ torch::Tensor RecurrentFullAttentionImpl::ForwardSlots(const torch::Tensor& quer
                                                        SlotRows& rows) {
   const double temp = SoftmaxTemperature(softmax_temp_, queries.size(-1));
   KeyValueWindow window = AppendKeyValues(keys, values, rows);
+  if (!torch::GradMode::is_enabled() && (!is_training() || dropout_->options.p() == 0.0) &&
+      kernels::CausalSoftmaxAttentionSupported(window.keys, window.values)) {
+    // A token's attention in one chain of operations over its visible keys
+    // alone, whatever its call's other tokens and rows (a prompt's chunking,
+    // a step's batch): the same bits however its sequence is fed.
+    return kernels::CausalSoftmaxAttention(queries, window.keys, window.values, window.last, temp);
+  }
   torch::Tensor scores = torch::einsum("nlhe,nthe->nhlt", {queries, window.keys}) * temp;
   scores.masked_fill_(window.visible.logical_not(), -std::numeric_limits<float>::infinity());
   torch::Tensor attention = dropout_->forward(torch::softmax(scores, -1));

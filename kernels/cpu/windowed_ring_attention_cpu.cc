@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
+
+#include "kernels/cpu/softmax_weighted_sum.h"
 
 namespace performer::kernels::cpu {
 namespace {
@@ -51,26 +52,15 @@ void ScanRingHead(const RingScan& a, int64_t c, int64_t h) {
     std::copy(a.v + row, a.v + row + d, ring_v + (p % ring) * d);
     const int64_t window_start = (p / w) * w - w, first = std::max<int64_t>(0, window_start);
     RotateRow(a, a.q + row, p - window_start, scale, query.data());
-    float best = std::numeric_limits<float>::lowest();
     for (int64_t j = first; j <= p; ++j) {
       RotateRow(a, ring_k + (j % ring) * d, j - window_start, 1.0f, key.data());
       float score = 0.0f;
       for (int64_t i = 0; i < d; ++i) score += query[i] * key[i];
       scores[j - first] = score;
-      best = std::max(best, score);
     }
-    float total = 0.0f;
-    for (int64_t j = first; j <= p; ++j) {
-      scores[j - first] = std::exp(scores[j - first] - best);
-      total += scores[j - first];
-    }
-    float* out = a.out + row;
-    std::fill(out, out + d, 0.0f);
-    for (int64_t j = first; j <= p; ++j) {
-      const float weight = scores[j - first] / total;
-      const float* value = ring_v + (j % ring) * d;
-      for (int64_t i = 0; i < d; ++i) out[i] += weight * value[i];
-    }
+    SoftmaxWeightedSum(
+        scores.data(), p - first + 1, d,
+        [&](int64_t j) { return ring_v + ((first + j) % ring) * d; }, a.out + row);
   }
 }
 

@@ -4,11 +4,12 @@
 // model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
 // generalized-kernel and projection-free PerformerLMs, PerformerLMs with
 // ScaleNorm and token shift or ReZero, encoder-decoders (FAVOR+,
-// generalized-kernel and projection-free cross attention), and
+// generalized-kernel and projection-free cross attention),
 // fast-transformers' causal linear attention with elu, Favor and random
-// Fourier features; and on a GPU under kernels::CudaRowInvariance() (the Cuda
-// cases, which skip without one), the PerformerLMs in float32 and bfloat16,
-// the encoder-decoders and fast-transformers' models.
+// Fourier features, and its causal full (softmax) attention; and on a GPU under
+// kernels::CudaRowInvariance() (the Cuda cases, which skip without one), the PerformerLMs in
+// float32 and bfloat16, the encoder-decoders and fast-transformers' linear attention (not its full
+// attention, whose softmax over the cached keys keeps tensor ops there).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -195,6 +196,12 @@ models::LoadedModel FastTransformersFavorLM() {
                 "/fast_transformers_lm/ftlm_causal_linear_favor");
 }
 
+// fast-transformers' causal full (softmax) attention, whose state is the
+// keys and values of every position.
+models::LoadedModel FastTransformersFullLM() {
+  return Folder(testing::RepositoryFixtureRoot() + "/fast_transformers_lm/ftlm_full_causal");
+}
+
 models::LoadedModel FavorLM() {
   models::PerformerLMConfig config = models::testing::TinyLMConfig();
   config.max_seq_len = 256;
@@ -346,7 +353,8 @@ INSTANTIATE_TEST_SUITE_P(
                            [] { return EncoderDecoder(DecoderHeads::kNoProjection); }},
                       Case{"fast_transformers_linear", FastTransformersLinearLM},
                       Case{"fast_transformers_favor", FastTransformersFavorLM},
-                      Case{"fast_transformers_rff", FastTransformersRffLM}),
+                      Case{"fast_transformers_rff", FastTransformersRffLM},
+                      Case{"fast_transformers_full", FastTransformersFullLM}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
