@@ -10,9 +10,13 @@
 // token by token or in prompts of any size, and whatever the other rows.
 // queries [N, n, H, E]; keys [N, T, H, E] and values [N, T, H, D] float32
 // with their last two dimensions contiguous (a pool's window: any strides
-// over N and T); last [N, n] int64 in [0, T). Returns [N, n, H, D] float32.
-// Inference only. CPU only (CausalSoftmaxAttentionSupported): the threads
-// split (row, token, head) triples.
+// over N and T); last [N, n] int64 in [0, T) (checked on the CPU). Returns [N, n, H, D] float32.
+// Inference only. Where CausalSoftmaxAttentionSupported: on the CPU
+// (kernels/cpu/causal_softmax_attention_cpu.cc: the threads split (row,
+// token, head) triples), and on CUDA under kernels::CudaRowInvariance()
+// (kernels/cuda/causal_softmax_attention_cuda.cu: a warp per triple, an
+// online softmax over the keys in order; not the CPU's bits, but as
+// independent of the call).
 #pragma once
 
 #include <torch/types.h>

@@ -46,9 +46,9 @@ class RecurrentFullAttentionImpl : public RecurrentAttentionImpl {
   torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key,
                         const torch::Tensor& value, AttentionState& state) override;
   // Slot form: every past key and value (key_value_slots.h), softmax over
-  // the visible ones; on the CPU a query at a time
-  // (kernels/causal_softmax_attention.h), so that a token's output does not
-  // depend on how its sequence was fed.
+  // the visible ones; on the CPU, and on CUDA under row invariance, a query
+  // at a time (kernels/causal_softmax_attention.h), so that a token's output
+  // does not depend on how its sequence was fed.
   std::vector<SlotTensorSpec> SlotStateSpec(const SlotShape& shape) const override;
   torch::Tensor ForwardSlots(const torch::Tensor& queries, const torch::Tensor& keys,
                              const torch::Tensor& values, SlotRows& rows) override;

@@ -83,7 +83,7 @@ TEST(CausalSoftmaxAttentionTest, BadArgumentsAreErrors) {
       [&] {
         CausalSoftmaxAttention(p.queries, p.Keys().to(torch::kDouble), p.Values(), p.last, 1.0);
       },
-      "CausalSoftmaxAttention: keys and values must be float32 CPU tensors");
+      "CausalSoftmaxAttention: keys and values must be float32 tensors");
   expect_error(
       [&] { CausalSoftmaxAttention(p.queries.narrow(3, 0, 4), p.Keys(), p.Values(), p.last, 1.0); },
       "CausalSoftmaxAttention: queries must be (N, n, H, E) = (3, n, 2, 8)");

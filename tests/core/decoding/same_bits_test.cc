@@ -4,12 +4,12 @@
 // model (local and FAVOR+ heads), a FAVOR+ PerformerLM in each weight dtype,
 // generalized-kernel and projection-free PerformerLMs, PerformerLMs with
 // ScaleNorm and token shift or ReZero, encoder-decoders (FAVOR+,
-// generalized-kernel and projection-free cross attention),
-// fast-transformers' causal linear attention with elu, Favor and random
-// Fourier features, and its causal full (softmax) attention; and on a GPU under
-// kernels::CudaRowInvariance() (the Cuda cases, which skip without one), the PerformerLMs in
-// float32 and bfloat16, the encoder-decoders and fast-transformers' linear attention (not its full
-// attention, whose softmax over the cached keys keeps tensor ops there).
+// generalized-kernel and projection-free cross attention), fast-transformers'
+// causal linear attention with elu, Favor and random Fourier features, and
+// its causal full (softmax) attention; and on a GPU under kernels::
+// CudaRowInvariance() (the Cuda cases, which skip without one), the
+// PerformerLMs in float32 and bfloat16, the encoder-decoders and
+// fast-transformers' models.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -380,7 +380,9 @@ INSTANTIATE_TEST_SUITE_P(
              true},
         Case{"fast_transformers_favor", FastTransformersFavorLM, models::WeightDtype::kFloat32,
              true},
-        Case{"fast_transformers_rff", FastTransformersRffLM, models::WeightDtype::kFloat32, true}),
+        Case{"fast_transformers_rff", FastTransformersRffLM, models::WeightDtype::kFloat32, true},
+        Case{"fast_transformers_full", FastTransformersFullLM, models::WeightDtype::kFloat32,
+             true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -226,16 +226,28 @@ inline void __syncwarp(unsigned = 0xffffffffu) { performer::cuda_emulation::Sync
 [[noreturn]] void __trap();
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
+namespace performer::cuda_emulation {
+// `value` of lane `source` of the calling warp (every lane must call it).
 template <typename T>
-T __shfl_xor_sync(unsigned, T value, int lane_mask, int = 32) {
+T ShuffleFrom(T value, int source) {
   static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
   uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof(T));
-  const int lane = performer::cuda_emulation::Current().linear % 32;
-  bits = performer::cuda_emulation::ExchangeLane(bits, lane ^ lane_mask);
+  bits = ExchangeLane(bits, source);
   T out;
   std::memcpy(&out, &bits, sizeof(T));
   return out;
+}
+}  // namespace performer::cuda_emulation
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int lane_mask, int = 32) {
+  const int lane = performer::cuda_emulation::Current().linear % 32;
+  return performer::cuda_emulation::ShuffleFrom(value, lane ^ lane_mask);
+}
+template <typename T>
+T __shfl_sync(unsigned, T value, int source_lane, int = 32) {
+  return performer::cuda_emulation::ShuffleFrom(value, source_lane % 32);
 }
 inline unsigned __ballot_sync(unsigned, int predicate) {
   return performer::cuda_emulation::BallotLanes(predicate != 0);

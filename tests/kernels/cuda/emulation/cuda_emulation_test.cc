@@ -43,6 +43,18 @@ TEST(CudaEmulationTest, EveryLaneOfAWarpGetsTheButterflySum) {
   for (int t = 0; t < 64; ++t) EXPECT_EQ(out[t], t < 32 ? 496.0f : 1520.0f) << t;
 }
 
+// Each lane reads lane (lane * 3) % 32's value of its own warp.
+__global__ void IndexedShuffle(int* out) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  out[threadIdx.x] = __shfl_sync(~0u, static_cast<int>(threadIdx.x) * 10, (lane * 3) % 32);
+}
+
+TEST(CudaEmulationTest, AShuffleReadsTheNamedLaneOfItsWarp) {
+  std::vector<int> out(64, -1);
+  Launch(IndexedShuffle, dim3(1), dim3(64))(out.data());
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(out[t], ((t / 32) * 32 + (t % 32) * 3 % 32) * 10) << t;
+}
+
 // Block rank r of a cluster of 4 reads rank (r + 1) % 4's shared value
 // after the cluster's sync.
 __global__ void ClusterNeighbours(int* out) {

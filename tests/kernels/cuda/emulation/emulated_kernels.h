@@ -8,6 +8,7 @@
 #define cuda cuda_emulated
 #include "kernels/cuda/aggregate_cuda.h"
 #include "kernels/cuda/causal_linear_prefill_cuda.h"
+#include "kernels/cuda/causal_softmax_attention_cuda.h"
 #include "kernels/cuda/clustering_cuda.h"
 #include "kernels/cuda/favor_features_cuda.h"
 #include "kernels/cuda/fused_linear_cuda.h"
