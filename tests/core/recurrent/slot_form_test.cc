@@ -49,8 +49,12 @@ torch::Tensor Chunk(RecurrentAttentionImpl& attention, const Qkv& x, StatePool& 
   return out;
 }
 
-void ExpectChunksMatchSteps(RecurrentAttentionImpl& attention, int64_t seed) {
-  torch::NoGradGuard no_grad;
+// With `grad_mode`, the calls run with gradients enabled (none of the inputs
+// requires one), where attentions with a row-invariant kernel take their
+// tensor ops instead.
+void ExpectChunksMatchSteps(RecurrentAttentionImpl& attention, int64_t seed,
+                            bool grad_mode = false) {
+  const torch::AutoGradMode mode(grad_mode);
   const Qkv x = RandomQkv(seed);
   const torch::Tensor expected = StepByStep(attention, x);
   const SlotShape shape{kH, kE, kD, kMaxLength};
@@ -82,6 +86,7 @@ TEST(SlotFormTest, FullAttentionChunksMatchSteps) {
   RecurrentFullAttentionImpl full(std::nullopt, 0.0);
   full.eval();
   ExpectChunksMatchSteps(full, 3);
+  ExpectChunksMatchSteps(full, 3, /*grad_mode=*/true);
 }
 
 TEST(SlotFormTest, StateSpecsAreExact) {
