@@ -57,6 +57,8 @@ torch::Tensor Emulated(const Layer& l, const torch::Tensor& x, const torch::Tens
   return y;
 }
 
+// The CPU op with the weights widened to float32: its bf16 path rounds x to
+// bf16 on AVX-512 BF16 machines, which the kernels here do not.
 torch::Tensor Cpu(const Layer& l, const torch::Tensor& x, const torch::Tensor& residual) {
   FusedLinearOptions o;
   o.bias = l.bias;
@@ -65,7 +67,7 @@ torch::Tensor Cpu(const Layer& l, const torch::Tensor& x, const torch::Tensor& r
   o.norm_eps = 1e-5;
   o.activation = l.gelu ? FusedActivation::kGelu : FusedActivation::kNone;
   o.residual = residual;
-  return FusedLinear(x, l.weight, o);
+  return FusedLinear(x, l.weight.to(torch::kFloat), o);
 }
 
 void ExpectClose(const torch::Tensor& got, const torch::Tensor& expected, double tolerance,
