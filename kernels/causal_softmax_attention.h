@@ -2,7 +2,7 @@
 // and values (fast-transformers' recurrent full attention in its slot form),
 // a query at a time: for row r, token i and head h,
 //
-//   s_j = (q[r, i, h] . keys[r, j, h]) * temp     (the dot in order over E)
+//   s_j = (q[r, i, h] . keys[r, j, h]) * temp     (the dot in an order fixed by E)
 //   out[r, i, h] = sum_j softmax(s)_j values[r, j, h],  j = 0 .. last[r, i]
 //
 // every sum in the order of the keys (kernels/cpu/softmax_weighted_sum.h),

@@ -1,7 +1,9 @@
-// kernels::CausalSoftmaxAttention on the CPU: against masked softmax
-// attention, a token's bits the same whether its sequence's queries come in
-// one call or one at a time and whatever the other rows, keys read through
-// a pool's strided window, and clear errors.
+// kernels::CausalSoftmaxAttention on the CPU, in both SIMD instantiations
+// and at widths that take every path of each (E a multiple of 8 or not; D
+// in 64-column blocks, 8-column blocks and single columns): against masked
+// softmax attention, a token's bits the same whether its sequence's queries
+// come in one call or one at a time and whatever the other rows, keys read
+// through a pool's strided window, and clear errors.
 #include "kernels/causal_softmax_attention.h"
 
 #include <gtest/gtest.h>
@@ -10,22 +12,25 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "kernels/cpu/simd.h"
 
 namespace performer::kernels {
 namespace {
 
-constexpr int64_t kRows = 3, kTokens = 11, kHeads = 2, kE = 8, kD = 6, kPool = 16;
+constexpr int64_t kRows = 3, kTokens = 11, kHeads = 2, kPool = 16;
 
 struct Problem {
   torch::Tensor queries, key_pool, value_pool;  // pools [N, kPool, H, *]
   torch::Tensor last;                           // [N, kTokens]: token i at start + i
 
-  Problem() {
+  explicit Problem(int64_t e = 8, int64_t d = 6) {
     torch::manual_seed(41);
-    queries = torch::randn({kRows, kTokens, kHeads, kE});
-    key_pool = torch::randn({kRows, kPool, kHeads, kE});
-    value_pool = torch::randn({kRows, kPool, kHeads, kD});
+    queries = torch::randn({kRows, kTokens, kHeads, e});
+    key_pool = torch::randn({kRows, kPool, kHeads, e});
+    value_pool = torch::randn({kRows, kPool, kHeads, d});
     const torch::Tensor start = torch::tensor({0, 2, 5}, torch::kLong);
     last = start.unsqueeze(1) + torch::arange(kTokens, torch::kLong).unsqueeze(0);
   }
@@ -35,11 +40,20 @@ struct Problem {
   torch::Tensor Values() const { return value_pool.narrow(1, 0, kTokens + 5); }
 };
 
-TEST(CausalSoftmaxAttentionTest, MatchesMaskedSoftmaxAttention) {
-  const Problem p;
+// (force the portable instantiation, E, D).
+class CausalSoftmaxAttentionTest
+    : public ::testing::TestWithParam<std::tuple<bool, int64_t, int64_t>> {
+ protected:
+  void SetUp() override { cpu::simd::ForcePortableForTesting() = std::get<0>(GetParam()); }
+  void TearDown() override { cpu::simd::ForcePortableForTesting() = false; }
+  Problem MakeProblem() const { return Problem(std::get<1>(GetParam()), std::get<2>(GetParam())); }
+};
+
+TEST_P(CausalSoftmaxAttentionTest, MatchesMaskedSoftmaxAttention) {
+  const Problem p = MakeProblem();
   const double temp = 0.3;
   const torch::Tensor out = CausalSoftmaxAttention(p.queries, p.Keys(), p.Values(), p.last, temp);
-  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{kRows, kTokens, kHeads, kD}));
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{kRows, kTokens, kHeads, p.value_pool.size(3)}));
   torch::Tensor scores = torch::einsum("nlhe,nthe->nhlt", {p.queries, p.Keys()}) * temp;
   const torch::Tensor t = torch::arange(kTokens + 5, torch::kLong).view({1, 1, 1, -1});
   const torch::Tensor hidden = t > p.last.unsqueeze(1).unsqueeze(-1);
@@ -50,11 +64,11 @@ TEST(CausalSoftmaxAttentionTest, MatchesMaskedSoftmaxAttention) {
       << "max |diff| " << (out - expected).abs().max().item<float>();
 }
 
-TEST(CausalSoftmaxAttentionTest, ATokensBitsDoNotDependOnItsCallOrItsRows) {
-  const Problem p;
+TEST_P(CausalSoftmaxAttentionTest, ATokensBitsDoNotDependOnItsCallOrItsRows) {
+  const Problem p = MakeProblem();
   const torch::Tensor all = CausalSoftmaxAttention(p.queries, p.Keys(), p.Values(), p.last, 0.5);
   for (int64_t r = 0; r < kRows; ++r) {
-    for (int64_t i = 0; i < kTokens; i += 3) {
+    for (int64_t i = 0; i < kTokens; ++i) {
       const torch::Tensor one = CausalSoftmaxAttention(
           p.queries.narrow(0, r, 1).narrow(1, i, 1), p.Keys().narrow(0, r, 1),
           p.Values().narrow(0, r, 1), p.last.narrow(0, r, 1).narrow(1, i, 1), 0.5);
@@ -66,7 +80,16 @@ TEST(CausalSoftmaxAttentionTest, ATokensBitsDoNotDependOnItsCallOrItsRows) {
       torch::equal(CausalSoftmaxAttention(p.queries, p.key_pool, p.value_pool, p.last, 0.5), all));
 }
 
-TEST(CausalSoftmaxAttentionTest, BadArgumentsAreErrors) {
+INSTANTIATE_TEST_SUITE_P(
+    Simd, CausalSoftmaxAttentionTest,
+    ::testing::Combine(::testing::Bool(), ::testing::Values(int64_t{5}, int64_t{8}, int64_t{64}),
+                       ::testing::Values(int64_t{6}, int64_t{77}, int64_t{136})),
+    [](const ::testing::TestParamInfo<std::tuple<bool, int64_t, int64_t>>& i) {
+      return std::string(std::get<0>(i.param) ? "Portable" : "Native") + "_E" +
+             std::to_string(std::get<1>(i.param)) + "_D" + std::to_string(std::get<2>(i.param));
+    });
+
+TEST(CausalSoftmaxAttentionErrorsTest, BadArgumentsAreErrors) {
   const Problem p;
   const auto expect_error = [](const std::function<void()>& call, const std::string& message) {
     try {
