@@ -16,9 +16,8 @@ the same prompt sent alone to a server without prefix cache:
 And a 1,400-token prompt extended by 37 tokens reports 1,400 cached tokens.
 
 With PERFORMER_SAME_BITS_DEVICE=cuda (tools/gpu_check.sh on the GPU
-machine) every server runs with --device=cuda --cuda_same_bits, and the
-suite covers the two PerformerLMs (fast-transformers' models keep tensor
-ops on CUDA, which sum in another order for other batches and chunks).
+machine) every server runs with --device=cuda --cuda_same_bits, on the same
+three models.
 """
 
 import os
@@ -51,8 +50,6 @@ def make_repository():
                     "--bench_dim_head=16", "--bench_nb_features=32"],
                    check=True, capture_output=True, timeout=120)
     models = {"default": (256, 2048), "favor": (256, 2048)}
-    if DEVICE == "cuda":
-        return repo, models
     ft = os.path.join(repo, "ft")
     os.makedirs(ft)
     src = os.path.join(harness.fixtures_root(), "fast_transformers_lm",
