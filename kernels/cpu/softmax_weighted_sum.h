@@ -82,10 +82,8 @@ PERFORMER_SIMD_TARGET_AVX2 inline void SoftmaxWeightsAvx2(float* scores, int64_t
     _mm256_maskstore_ps(scores + whole, tail, e);
     total = _mm256_add_ps(total, e);
   }
-  // ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)) in every lane.
-  total = _mm256_add_ps(total, _mm256_permute2f128_ps(total, total, 1));
-  total = _mm256_add_ps(total, _mm256_shuffle_ps(total, total, _MM_SHUFFLE(1, 0, 3, 2)));
-  total = _mm256_add_ps(total, _mm256_shuffle_ps(total, total, _MM_SHUFFLE(2, 3, 0, 1)));
+  // The lanes in HorizontalSum's fixed tree, then in every lane.
+  total = _mm256_set1_ps(simd::HorizontalSum(total));
   for (int64_t j = 0; j < whole; j += 8) {
     _mm256_storeu_ps(scores + j, _mm256_div_ps(_mm256_loadu_ps(scores + j), total));
   }
