@@ -111,8 +111,10 @@ namespace level = spdlog::level;
 // check, which only a proxy in front stops (docs/reliability.md).
 constexpr int kMaxMetadataBytes = 16 * 1024;
 // Freed heap is returned to the system once the allocator's free bytes have
-// grown by more than this (process/heap_release.h).
-constexpr size_t kHeapReleaseThresholdBytes = size_t{128} << 20;
+// grown by more than the first, or by more than the second and stopped
+// moving (process/heap_release.h).
+constexpr size_t kHeapReleaseBurstBytes = size_t{128} << 20;
+constexpr size_t kHeapReleaseSettledBytes = size_t{16} << 20;
 
 // grpc.health.v1 names (SetReadiness, LivenessMonitor).
 constexpr char kServiceName[] = "performer.v1.Generation";
@@ -747,7 +749,8 @@ int Run() {
   absl::StatusOr<Credentials> credentials = LoadCredentials(*config);
   if (!credentials.ok()) return Fail(2, std::string(credentials.status().message()));
   const uint64_t open_files_limit = performer::server::RaiseOpenFileLimit();
-  const performer::server::HeapReleaser heap_releaser(kHeapReleaseThresholdBytes, absl::Seconds(1));
+  const performer::server::HeapReleaser heap_releaser(kHeapReleaseBurstBytes,
+                                                      kHeapReleaseSettledBytes, absl::Seconds(1));
   ServerMetrics metrics(config->metrics.buckets);
   CredentialReloader reloader(&metrics);
   WatchCredentials(config->security, *credentials, reloader);

@@ -24,11 +24,16 @@ size_t ReleaseFreeHeap() {
 
 bool HeapReleaseTrigger::Due(size_t free_bytes) {
   if (free_bytes < baseline_) baseline_ = free_bytes;
-  return free_bytes - baseline_ > threshold_bytes_;
+  const size_t moved = free_bytes > previous_ ? free_bytes - previous_ : previous_ - free_bytes;
+  previous_ = free_bytes;
+  const size_t growth = free_bytes - baseline_;
+  return growth > burst_bytes_ || (growth > settled_bytes_ && moved <= settled_bytes_ / 4);
 }
 
-HeapReleaser::HeapReleaser(size_t threshold_bytes, absl::Duration period)
-    : trigger_(threshold_bytes, FreeHeapBytes()), period_(period), thread_([this] { Watch(); }) {}
+HeapReleaser::HeapReleaser(size_t burst_bytes, size_t settled_bytes, absl::Duration period)
+    : trigger_(burst_bytes, settled_bytes, FreeHeapBytes()),
+      period_(period),
+      thread_([this] { Watch(); }) {}
 
 HeapReleaser::~HeapReleaser() {
   {

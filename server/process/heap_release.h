@@ -6,9 +6,12 @@
 // processed its reset, or a header block that never ends) gigabytes stay
 // resident though a few percent of them are in use; malloc_trim gives them
 // back. A thread looks once per `period` and trims when the free bytes
-// inside the arenas have grown by more than `threshold_bytes`: the server's
-// steady state frees and reuses far less than that, so it is not trimmed (a
-// trimmed page costs a fault when it is used again).
+// inside the arenas have grown by more than a large threshold (a burst still
+// going), or by more than a small one once they have stopped moving (a burst
+// over, its last frees done). A server at work frees and reuses far less
+// than the large threshold and moves more than the small one's tolerance
+// between looks, so it is rarely trimmed (a trimmed page costs a fault when
+// it is used again).
 #pragma once
 
 #include <cstddef>
@@ -27,29 +30,36 @@ size_t FreeHeapBytes();
 // Trims the heap; the free bytes it held before. Nothing where not glibc.
 size_t ReleaseFreeHeap();
 
-// When to release: once the free bytes have grown by more than a threshold
-// since the last release (or since their lowest point after it). Freed
-// chunks stay free after a release (their pages go, not the chunks), so a
-// level alone would release again every time it is looked at.
+// When to release. Growth counts from the free bytes after the last release
+// (or their lowest point since): freed chunks stay free after a release
+// (their pages go, not the chunks), so a level alone would release again
+// every time it is looked at. Due when the growth exceeds `burst_bytes`, or
+// exceeds `settled_bytes` while the level has moved by at most a quarter of
+// `settled_bytes` since the previous look.
 class HeapReleaseTrigger {
  public:
-  HeapReleaseTrigger(size_t threshold_bytes, size_t free_bytes)
-      : threshold_bytes_(threshold_bytes), baseline_(free_bytes) {}
+  HeapReleaseTrigger(size_t burst_bytes, size_t settled_bytes, size_t free_bytes)
+      : burst_bytes_(burst_bytes),
+        settled_bytes_(settled_bytes),
+        baseline_(free_bytes),
+        previous_(free_bytes) {}
   // Whether to release now, with `free_bytes` free.
   bool Due(size_t free_bytes);
   // A release left `free_bytes` free.
-  void Released(size_t free_bytes) { baseline_ = free_bytes; }
+  void Released(size_t free_bytes) { baseline_ = previous_ = free_bytes; }
 
  private:
-  const size_t threshold_bytes_;
+  const size_t burst_bytes_;
+  const size_t settled_bytes_;
   size_t baseline_;
+  size_t previous_;  // at the last look
 };
 
 // Looks every `period` and releases when the trigger says so. Watches from
 // construction to destruction.
 class HeapReleaser {
  public:
-  HeapReleaser(size_t threshold_bytes, absl::Duration period);
+  HeapReleaser(size_t burst_bytes, size_t settled_bytes, absl::Duration period);
   ~HeapReleaser();
   HeapReleaser(const HeapReleaser&) = delete;
   HeapReleaser& operator=(const HeapReleaser&) = delete;

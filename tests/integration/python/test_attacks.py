@@ -176,11 +176,11 @@ class BarePortAttackTest(unittest.TestCase):
                                       path=b"/performer.v1.Nowhere/Nothing")
             time.sleep(0.5)
         # The release thread (server/process/heap_release.h, with serve_main's
-        # kHeapReleaseThresholdBytes) trims once the
-        # allocator's free bytes have grown by 128 MiB: a flood that a loaded
-        # machine slows down frees as it goes and may leave up to that much
-        # free and untrimmed, so the bound is that plus a margin.
-        bound = before + (160 << 10)
+        # kHeapRelease* constants) trims once the flood's frees are over and the
+        # allocator's free bytes have grown by more than 16 MiB: what stays is
+        # at most that plus what the server holds, so the bound is that plus a
+        # margin.
+        bound = before + (48 << 10)
         deadline = time.monotonic() + 20
         while rss_kb(self.server.proc.pid) > bound and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -11,22 +11,55 @@
 namespace performer::server {
 namespace {
 
-TEST(HeapReleaseTriggerTest, ReleasesOnceFreeBytesGrowPastTheThreshold) {
-  HeapReleaseTrigger trigger(/*threshold_bytes=*/100, /*free_bytes=*/50);
+TEST(HeapReleaseTriggerTest, ReleasesOnceFreeBytesGrowPastTheBurstThreshold) {
+  // Levels that move by more than the settled tolerance (2) at every look.
+  HeapReleaseTrigger trigger(/*burst_bytes=*/100, /*settled_bytes=*/8, /*free_bytes=*/50);
+  EXPECT_FALSE(trigger.Due(80));
   EXPECT_FALSE(trigger.Due(150));
   EXPECT_TRUE(trigger.Due(151));
   trigger.Released(140);
   // Freed chunks stay free after a release: the same level is not due again.
   EXPECT_FALSE(trigger.Due(140));
+  EXPECT_FALSE(trigger.Due(200));
   EXPECT_FALSE(trigger.Due(240));
   EXPECT_TRUE(trigger.Due(241));
 }
 
 TEST(HeapReleaseTriggerTest, CountsGrowthFromTheLowestLevelSinceTheLastRelease) {
-  HeapReleaseTrigger trigger(/*threshold_bytes=*/100, /*free_bytes=*/500);
+  HeapReleaseTrigger trigger(/*burst_bytes=*/100, /*settled_bytes=*/8, /*free_bytes=*/500);
   EXPECT_FALSE(trigger.Due(20));  // the free chunks were used again
+  EXPECT_FALSE(trigger.Due(70));
   EXPECT_FALSE(trigger.Due(120));
   EXPECT_TRUE(trigger.Due(121));
+}
+
+TEST(HeapReleaseTriggerTest, ReleasesASmallerGrowthOnceTheLevelStopsMoving) {
+  HeapReleaseTrigger trigger(/*burst_bytes=*/100, /*settled_bytes=*/8, /*free_bytes=*/0);
+  EXPECT_FALSE(trigger.Due(40));  // a burst's last frees: moved by 40
+  EXPECT_TRUE(trigger.Due(42));   // over: moved by 2 (the tolerance), grown by 42
+  trigger.Released(42);
+  EXPECT_FALSE(trigger.Due(42));
+  EXPECT_FALSE(trigger.Due(50));  // grown by 8: not more than settled_bytes
+  EXPECT_FALSE(trigger.Due(50));
+  EXPECT_TRUE(trigger.Due(51));  // grown by 9, moved by 1
+}
+
+TEST(HeapReleaseTriggerTest, ASettledGrowthNeedsTheLevelStillSinceThePreviousLook) {
+  HeapReleaseTrigger trigger(/*burst_bytes=*/100, /*settled_bytes=*/8, /*free_bytes=*/0);
+  EXPECT_FALSE(trigger.Due(9));  // grown by 9, moved by 9
+  EXPECT_TRUE(trigger.Due(11));  // moved by 2: still
+  trigger.Released(11);
+  EXPECT_FALSE(trigger.Due(11));
+  EXPECT_FALSE(trigger.Due(19));  // grown by 8
+  EXPECT_FALSE(trigger.Due(25));  // grown by 14, moved by 6
+  EXPECT_TRUE(trigger.Due(26));   // moved by 1
+  // A level at work (up and down by more than the tolerance) waits for the
+  // burst threshold.
+  trigger.Released(26);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_FALSE(trigger.Due(26 + 60));
+    EXPECT_FALSE(trigger.Due(26 + 30));
+  }
 }
 
 // glibc's allocator; a sanitizer replaces it (and its statistics).
