@@ -25,9 +25,13 @@ KeyValueWindow AppendKeyValues(const torch::Tensor& keys, const torch::Tensor& v
   key_pool.index_put_({row, at}, keys.to(key_pool.scalar_type()));
   value_pool.index_put_({row, at}, values.to(value_pool.scalar_type()));
   const int64_t live = rows.live_length;
-  torch::Tensor t = torch::arange(live, index_options).view({1, 1, live});
-  return {key_pool.narrow(1, 0, live), value_pool.narrow(1, 0, live),
-          (t <= at.unsqueeze(-1)).unsqueeze(1), at};
+  return {key_pool.narrow(1, 0, live), value_pool.narrow(1, 0, live), at};
+}
+
+torch::Tensor KeyValueWindow::Visible() const {
+  const int64_t live = keys.size(1);
+  torch::Tensor t = torch::arange(live, last.options()).view({1, 1, live});
+  return (t <= last.unsqueeze(-1)).unsqueeze(1);
 }
 
 }  // namespace performer

@@ -3,7 +3,7 @@
 // keys): per sequence keys [T, H, E] and values [T, H, D], T = the longest
 // sequence a request may reach, so the pool is sized before admission. A
 // call writes its n new keys and values at each row's positions and reads
-// the window [0, rows.live_length) with a causal visibility mask.
+// the window [0, rows.live_length), each token seeing the keys up to its own.
 #pragma once
 
 #include <torch/types.h>
@@ -17,10 +17,13 @@ namespace performer {
 std::vector<SlotTensorSpec> KeyValueSlotSpec(const SlotShape& shape);
 
 struct KeyValueWindow {
-  torch::Tensor keys;     // [N, T', H, E], T' = rows.live_length
-  torch::Tensor values;   // [N, T', H, D]
-  torch::Tensor visible;  // [N, 1, n, T'] bool: key t is visible to token i of the call
-  torch::Tensor last;     // [N, n] int64: the position of token i, its last visible key
+  torch::Tensor keys;    // [N, T', H, E], T' = rows.live_length
+  torch::Tensor values;  // [N, T', H, D]
+  torch::Tensor last;    // [N, n] int64: the position of token i, its last visible key
+
+  // [N, 1, n, T'] bool: key t is visible to token i of the call. Built on
+  // each call (N * n * T' bytes), for the attentions that mask scores.
+  torch::Tensor Visible() const;
 };
 
 // keys [N, n, H, E], values [N, n, H, D]: stores them at positions

@@ -92,7 +92,7 @@ torch::Tensor RecurrentFullAttentionImpl::ForwardSlots(const torch::Tensor& quer
     return kernels::CausalSoftmaxAttention(queries, window.keys, window.values, window.last, temp);
   }
   torch::Tensor scores = torch::einsum("nlhe,nthe->nhlt", {queries, window.keys}) * temp;
-  scores.masked_fill_(window.visible.logical_not(), -std::numeric_limits<float>::infinity());
+  scores.masked_fill_(window.Visible().logical_not(), -std::numeric_limits<float>::infinity());
   torch::Tensor attention = dropout_->forward(torch::softmax(scores, -1));
   return torch::einsum("nhlt,nthd->nlhd", {attention, window.values});
 }

@@ -74,7 +74,7 @@ torch::Tensor RecurrentQuadraticAttentionImpl::ForwardSlots(const torch::Tensor&
                                                             SlotRows& rows) {
   KeyValueWindow window = AppendKeyValues(keys, values, rows);
   torch::Tensor scores = torch::einsum("nlhe,nthe->nhlt", {queries, window.keys});
-  torch::Tensor weights = QuadraticWeights(scores, window.visible, quadratic_temp_, eps_);
+  torch::Tensor weights = QuadraticWeights(scores, window.Visible(), quadratic_temp_, eps_);
   return torch::einsum("nhlt,nthd->nlhd", {weights, window.values});
 }
 
