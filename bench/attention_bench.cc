@@ -11,6 +11,12 @@
 // one step after L cached tokens (n = 1), through the row-invariant kernel
 // (kernels::CausalSoftmaxAttention) and through the tensor ops it replaces
 // on the CPU (scores by einsum, masked softmax, einsum).
+//
+// Windowed ring attention (performer-pytorch's local heads in their
+// recurrent form) at window 64: a prompt of L tokens of one sequence, and
+// one step of a batch of 32 sequences past their first 2w tokens, through
+// kernels::WindowedRingAttention and through the tensor ops of the module's
+// fallback.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -18,6 +24,7 @@
 
 #include "bench/memory_tracker.h"
 #include "core/attention/attention_registries.h"
+#include "core/attention/windowed_local_attention.h"
 #include "core/masks.h"
 #include "core/runtime/torch_runtime.h"
 #include "kernels/causal_softmax_attention.h"
@@ -102,6 +109,55 @@ void BM_CachedFullAttentionKernel(benchmark::State& state) { RunCachedFullAttent
 void BM_CachedFullAttentionTensorOps(benchmark::State& state) {
   RunCachedFullAttention(state, false);
 }
+
+// Local attention's recurrent form through the module (Extend for a
+// prompt, Step for a batch), by the ring kernel or, with rings that are not
+// contiguous, by the tensor ops that stand in where the kernel does not run.
+void RunWindowedRingAttention(benchmark::State& state, bool kernel) {
+  constexpr int64_t kWindow = 64, kStepBatch = 32, kStepPosition = 1000;
+  const bool step = state.range(1) != 0;
+  const int64_t sequences = step ? kStepBatch : 1, tokens = step ? 1 : state.range(0);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  WindowedLocalAttention attention(kDims, kWindow, /*causal=*/true);
+  attention->eval();
+  attention->PrepareForDecoding();
+  const torch::Tensor q = torch::randn({sequences, kHeads, tokens, kDims});
+  const torch::Tensor k = torch::randn({sequences, kHeads, tokens, kDims});
+  const torch::Tensor v = torch::randn({sequences, kHeads, tokens, kDims});
+  // [C, H, 2w, d], contiguous or a transposed view.
+  auto ring = [&] {
+    const torch::Tensor r = torch::randn({sequences, kHeads, kDims, 2 * kWindow});
+    return kernel ? r.transpose(2, 3).contiguous() : r.transpose(2, 3);
+  };
+  const torch::Tensor ring_k = ring(), ring_v = ring();
+  const torch::Tensor positions = torch::full({sequences}, kStepPosition, torch::kLong);
+  for (auto _ : state) {
+    const torch::Tensor out =
+        step ? attention->Step(q.squeeze(2), k.squeeze(2), v.squeeze(2), positions, ring_k, ring_v)
+             : attention->Extend(q, k, v, 0, ring_k, ring_v);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(sequences * tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_WindowedRingAttentionKernel(benchmark::State& state) {
+  RunWindowedRingAttention(state, true);
+}
+void BM_WindowedRingAttentionTensorOps(benchmark::State& state) {
+  RunWindowedRingAttention(state, false);
+}
+
+// {L, 0}: a prompt of L tokens; {1, 1}: one step of 32 sequences.
+#define PERFORMER_RING_SHAPES   \
+  Args({1024, 0})               \
+      ->Args({4096, 0})         \
+      ->Args({1, 1})            \
+      ->ArgNames({"L", "step"}) \
+      ->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_WindowedRingAttentionKernel)->PERFORMER_RING_SHAPES;
+BENCHMARK(BM_WindowedRingAttentionTensorOps)->PERFORMER_RING_SHAPES;
 
 // {L, 0}: a prompt of L tokens; {L, 1}: one step after L.
 #define PERFORMER_CACHED_SHAPES \

@@ -9,9 +9,11 @@
 //     in max(0, window_start) .. p to slot j - window_start (the rotary of
 //     each slot in cos, sin [2w, d]: half-split, as ApplyHalfRotary),
 //   and gets the softmax of those scores over the visible values,
-// every sum in the order of the positions. Steps (T = 1) and prompts (any T)
-// run this one loop, so a token's output does not depend on how its sequence
-// was fed or on the other sequences of the call.
+// each score and the softmax's sums in an order fixed by d and the token's
+// window (the CPU's: kernels/cpu/attention_scores.h, softmax_weighted_sum.h).
+// Steps (T = 1) and prompts (any T) run this one loop, so a token's output
+// does not depend on how its sequence was fed or on the other sequences of
+// the call.
 //
 // q, k, v [C, T, H, d]; start [C] int64; ring_k, ring_v [C, H, 2w, d]
 // contiguous float32, updated in place; all on one device. Returns [C, T, H,

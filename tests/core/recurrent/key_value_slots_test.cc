@@ -10,16 +10,23 @@
 namespace performer {
 namespace {
 
-TEST(KeyValueSlotsTest, StoresAtEachRowsPositionsAndSeesUpToEachToken) {
-  const SlotShape shape{/*heads=*/2, /*query_dims=*/3, /*value_dims=*/4, /*max_length=*/6};
+// `positions.size()` empty rows of a key/value state of `shape`.
+SlotRows EmptyRows(const SlotShape& shape, const std::vector<int64_t>& positions,
+                   int64_t live_length) {
   SlotRows rows;
   for (const SlotTensorSpec& spec : KeyValueSlotSpec(shape)) {
-    std::vector<int64_t> sizes{2};
+    std::vector<int64_t> sizes{static_cast<int64_t>(positions.size())};
     sizes.insert(sizes.end(), spec.shape.begin(), spec.shape.end());
     rows.tensors.push_back(torch::zeros(sizes));
   }
-  rows.positions = torch::tensor({1, 3}, torch::kLong);
-  rows.live_length = 3 + 2;
+  rows.positions = torch::tensor(positions, torch::kLong);
+  rows.live_length = live_length;
+  return rows;
+}
+
+TEST(KeyValueSlotsTest, StoresAtEachRowsPositionsAndSeesUpToEachToken) {
+  const SlotShape shape{/*heads=*/2, /*query_dims=*/3, /*value_dims=*/4, /*max_length=*/6};
+  SlotRows rows = EmptyRows(shape, {1, 3}, /*live_length=*/3 + 2);
   torch::manual_seed(1);
   const torch::Tensor keys = torch::randn({2, 2, 2, 3});
   const torch::Tensor values = torch::randn({2, 2, 2, 4});
@@ -43,14 +50,7 @@ TEST(KeyValueSlotsTest, StoresAtEachRowsPositionsAndSeesUpToEachToken) {
 
 TEST(KeyValueSlotsTest, RefusesAWindowPastThePool) {
   const SlotShape shape{/*heads=*/1, /*query_dims=*/2, /*value_dims=*/2, /*max_length=*/4};
-  SlotRows rows;
-  for (const SlotTensorSpec& spec : KeyValueSlotSpec(shape)) {
-    std::vector<int64_t> sizes{1};
-    sizes.insert(sizes.end(), spec.shape.begin(), spec.shape.end());
-    rows.tensors.push_back(torch::zeros(sizes));
-  }
-  rows.positions = torch::tensor({3}, torch::kLong);
-  rows.live_length = 5;
+  SlotRows rows = EmptyRows(shape, {3}, /*live_length=*/5);
   EXPECT_THROW(AppendKeyValues(torch::zeros({1, 2, 1, 2}), torch::zeros({1, 2, 1, 2}), rows),
                c10::Error);
 }
