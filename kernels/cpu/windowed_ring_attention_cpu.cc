@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/attention_scores.h"
@@ -28,7 +29,7 @@ struct RingScan {
   int64_t tokens, heads, d, w;
 };
 
-// out[i] = (x[i] * scale) * c[i] + ((sign * x[i + shift]) * scale) * s[i]
+// out[i] = (x[i] * scale) * c[i] + ((sign * turned[i]) * scale) * s[i]
 // for i in [0, n): one half of a rotated row, in kBytes-wide vectors. Each
 // element is the same expression at any width, so the widths agree bit for
 // bit (no contraction: the build is ISO C++).
@@ -88,10 +89,6 @@ RingForms FormsFor(int64_t d) {
   return {RotateRowBaseline, ScoresFor(d)};
 }
 
-// Sequence c, head h through its tokens in order (the header's loop). The
-// keys of the current window are kept rotated to it in `rotated` (key j at
-// row j - first), each rotated once per window rather than once per query:
-// the same operations on the same values, so the same bits.
 // A thread's working rows, reused across its (sequence, head) pairs.
 struct RingScratch {
   std::vector<float> query;    // [d]
@@ -103,6 +100,10 @@ struct RingScratch {
         scores(static_cast<size_t>(2 * a.w + kScoreLanes)) {}
 };
 
+// Sequence c, head h through its tokens in order (the header's loop). The
+// keys of the current window are kept rotated to it in `rotated` (key j at
+// row j - first), each rotated once per window rather than once per query:
+// the same operations on the same values, so the same bits.
 void ScanRingHead(const RingScan& a, const RingForms& forms, RingScratch& scratch, int64_t c,
                   int64_t h) {
   const int64_t d = a.d, w = a.w, ring = 2 * w;
@@ -112,9 +113,8 @@ void ScanRingHead(const RingScan& a, const RingForms& forms, RingScratch& scratc
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   float* ring_k = a.ring_k + (c * a.heads + h) * ring * d;
   float* ring_v = a.ring_v + (c * a.heads + h) * ring * d;
-  // The window `rotated` holds and how many of its keys it has rotated; a
-  // window starts at a multiple of w, minus w, so -1 is none.
-  int64_t rotated_start = -1, rotated_keys = 0;
+  // The window `rotated` holds (none yet) and how many of its keys it has.
+  int64_t rotated_start = std::numeric_limits<int64_t>::min(), rotated_keys = 0;
   for (int64_t t = 0; t < a.tokens; ++t) {
     const int64_t row = ((c * a.tokens + t) * a.heads + h) * d;
     const int64_t p = a.start[c] + t;
